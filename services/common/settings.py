@@ -1,0 +1,211 @@
+"""Typed settings for every service, read once from the environment.
+
+The loader takes the environment as an argument (tests pass a dict). A bad value is refused at
+start with a message naming the variable; the message never echoes a secret's value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping
+
+PREFIX = "AGENTIHOOKS_"
+DEFAULT_MAX_OBJECT_BYTES = 1 << 30  # 1 GiB: an object over this is refused as oversized.
+MIN_KEY_BYTES = 32
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the variable."""
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(PREFIX + name)
+    if value is None or value.strip() == "":
+        return None
+    return value.strip()
+
+
+def _required(env: Mapping[str, str], name: str, why: str) -> str:
+    value = _get(env, name)
+    if value is None:
+        raise SettingsError(f"{PREFIX}{name} is not set: {why}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
+    value = _get(env, name)
+    if value is None:
+        return default
+    lowered = value.lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise SettingsError(f"{PREFIX}{name} must be true or false, not {value!r}")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+    value = _get(env, name)
+    if value is None:
+        return default
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise SettingsError(f"{PREFIX}{name} must be a whole number, not {value!r}") from None
+    if parsed < minimum:
+        raise SettingsError(f"{PREFIX}{name} must be at least {minimum}")
+    return parsed
+
+
+def _absolute_path(env: Mapping[str, str], name: str) -> pathlib.Path | None:
+    value = _get(env, name)
+    if value is None:
+        return None
+    path = pathlib.Path(value)
+    if not path.is_absolute():
+        raise SettingsError(f"{PREFIX}{name} must be an absolute path, not the relative {value!r}")
+    return path
+
+
+def _address(env: Mapping[str, str], name: str, default: str | None) -> str | None:
+    value = _get(env, name) or default
+    if value is None:
+        return None
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise SettingsError(f"{PREFIX}{name} must be HOST:PORT, not {value!r}")
+    return value
+
+
+def _secret(env: Mapping[str, str], name: str, *, minimum: int) -> str | None:
+    value = _get(env, name)
+    if value is not None and len(value.encode()) < minimum:
+        raise SettingsError(f"{PREFIX}{name} is too short: use at least {minimum} bytes")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class StorageSettings:
+    """Where checkpoints live. The bucket takes precedence over the root folder."""
+
+    checkpoint_root: pathlib.Path | None
+    checkpoint_bucket: str | None
+    s3_endpoint_url: str | None
+    max_object_bytes: int
+
+    @property
+    def configured(self) -> bool:
+        return self.checkpoint_bucket is not None or self.checkpoint_root is not None
+
+
+def load_storage(env: Mapping[str, str]) -> StorageSettings:
+    """Read the checkpoint storage settings."""
+    return StorageSettings(
+        checkpoint_root=_absolute_path(env, "CHECKPOINT_ROOT"),
+        checkpoint_bucket=_get(env, "CHECKPOINT_BUCKET"),
+        s3_endpoint_url=_get(env, "S3_ENDPOINT_URL"),
+        max_object_bytes=_int(env, "MAX_OBJECT_BYTES", DEFAULT_MAX_OBJECT_BYTES),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreSettings:
+    """The checkpoint-store service."""
+
+    listen: str
+    redis_url: str
+    grant_key: str = dataclasses.field(repr=False)
+    storage: StorageSettings
+
+
+def load_store(env: Mapping[str, str]) -> StoreSettings:
+    """Read the checkpoint-store service's settings."""
+    storage = load_storage(env)
+    if not storage.configured:
+        raise SettingsError(
+            f"{PREFIX}CHECKPOINT_ROOT or {PREFIX}CHECKPOINT_BUCKET must be set "
+            "for the checkpoint store"
+        )
+    key = _secret(env, "GRANT_KEY", minimum=MIN_KEY_BYTES)
+    if key is None:
+        raise SettingsError(f"{PREFIX}GRANT_KEY is not set: the store checks grants with it")
+    return StoreSettings(
+        listen=_address(env, "STORE_ADDR", "127.0.0.1:50052") or "127.0.0.1:50052",
+        redis_url=_get(env, "REDIS_URL") or "redis://127.0.0.1:6379/0",
+        grant_key=key,
+        storage=storage,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class ControllerSettings:
+    """The controller."""
+
+    listen: str
+    http: str
+    redis_url: str
+    grant_key: str = dataclasses.field(repr=False)
+    operator_token: str = dataclasses.field(repr=False)
+    worker_image: str
+    runtime: str
+    namespace: str
+    store_addr: str | None
+    storage: StorageSettings
+    lease_ms: int
+    pass_interval_ms: int
+
+
+def load_controller(env: Mapping[str, str]) -> ControllerSettings:
+    """Read the controller's settings."""
+    runtime = _get(env, "RUNTIME") or "local"
+    if runtime not in ("local", "kubernetes"):
+        raise SettingsError(f"{PREFIX}RUNTIME must be local or kubernetes, not {runtime!r}")
+    key = _secret(env, "GRANT_KEY", minimum=MIN_KEY_BYTES)
+    if key is None:
+        raise SettingsError(f"{PREFIX}GRANT_KEY is not set: the controller signs grants with it")
+    token = _secret(env, "OPERATOR_TOKEN", minimum=16)
+    if token is None:
+        raise SettingsError(f"{PREFIX}OPERATOR_TOKEN is not set: operators authenticate with it")
+    return ControllerSettings(
+        listen=_address(env, "CONTROL_ADDR", "127.0.0.1:50051") or "127.0.0.1:50051",
+        http=_address(env, "HTTP_ADDR", "127.0.0.1:8080") or "127.0.0.1:8080",
+        redis_url=_get(env, "REDIS_URL") or "redis://127.0.0.1:6379/0",
+        grant_key=key,
+        operator_token=token,
+        worker_image=_required(env, "WORKER_IMAGE", "it is the checkpoint compatibility key"),
+        runtime=runtime,
+        namespace=_get(env, "NAMESPACE") or "default",
+        store_addr=_address(env, "STORE_ADDR", None),
+        storage=load_storage(env),
+        lease_ms=_int(env, "LEASE_MS", 10_000, minimum=500),
+        pass_interval_ms=_int(env, "PASS_INTERVAL_MS", 2_000, minimum=50),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class RestorerSettings:
+    """The restorer sidecar and the worker entry point."""
+
+    listen: str
+    control_addr: str | None
+    checkpoint_remote: bool
+    worker_credential: str | None = dataclasses.field(repr=False)
+    launch_record_file: pathlib.Path | None
+    attempt_dir: pathlib.Path | None
+    harness_home: pathlib.Path | None
+    storage: StorageSettings
+
+
+def load_restorer(env: Mapping[str, str]) -> RestorerSettings:
+    """Read the restorer's settings."""
+    return RestorerSettings(
+        listen=_address(env, "RESTORER_ADDR", "127.0.0.1:50053") or "127.0.0.1:50053",
+        control_addr=_address(env, "CONTROL_ADDR", None),
+        checkpoint_remote=_bool(env, "CHECKPOINT_REMOTE", False),
+        worker_credential=_get(env, "WORKER_CREDENTIAL"),
+        launch_record_file=_absolute_path(env, "LAUNCH_RECORD"),
+        attempt_dir=_absolute_path(env, "ATTEMPT_DIR"),
+        harness_home=_absolute_path(env, "HARNESS_HOME"),
+        storage=load_storage(env),
+    )

@@ -1,0 +1,29 @@
+"""Shared fixtures: real servers on loopback (see tests/support/)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+pytest_plugins = [
+    "tests.support.redis_server",
+    "tests.support.store_server",
+]
+
+
+@pytest.fixture(autouse=True)
+async def _no_leftover_tasks() -> AsyncIterator[None]:
+    """Fail any test that leaves asyncio tasks running (sloppy cleanup hides bugs)."""
+    before = asyncio.all_tasks()
+    yield
+    await asyncio.sleep(0)
+    current = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
+    if left:
+        for task in left:
+            task.cancel()
+        await asyncio.gather(*left, return_exceptions=True)
+        names = ", ".join(sorted(t.get_coro().__qualname__ for t in left))  # type: ignore[union-attr]
+        pytest.fail(f"test left asyncio tasks running: {names}")

@@ -1,0 +1,78 @@
+"""Settings are read once, typed, and a bad value is refused naming the variable."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from services.common import settings
+
+KEY = "k" * 40
+
+
+def test_relative_checkpoint_root_is_refused_naming_the_variable() -> None:
+    """AGENTIHOOKS_CHECKPOINT_ROOT: absolute path of a local folder; a relative path is refused."""
+    with pytest.raises(settings.SettingsError, match="AGENTIHOOKS_CHECKPOINT_ROOT"):
+        settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": "relative/ckpts"})
+
+
+def test_absolute_root_and_bucket_are_read() -> None:
+    """Both may be set; which wins is the backend factory's rule (bucket first)."""
+    s = settings.load_storage(
+        {"AGENTIHOOKS_CHECKPOINT_ROOT": "/var/ckpt", "AGENTIHOOKS_CHECKPOINT_BUCKET": "b"}
+    )
+    assert s.checkpoint_root == pathlib.Path("/var/ckpt")
+    assert s.checkpoint_bucket == "b"
+    assert s.configured
+
+
+def test_no_store_configured() -> None:
+    """With no checkpoint store configured nothing is configured."""
+    assert not settings.load_storage({}).configured
+
+
+def test_store_needs_a_grant_key_and_storage() -> None:
+    """The store refuses to start without storage or without the grant key."""
+    with pytest.raises(settings.SettingsError, match="CHECKPOINT_ROOT or"):
+        settings.load_store({"AGENTIHOOKS_GRANT_KEY": KEY})
+    with pytest.raises(settings.SettingsError, match="AGENTIHOOKS_GRANT_KEY"):
+        settings.load_store({"AGENTIHOOKS_CHECKPOINT_ROOT": "/x"})
+    with pytest.raises(settings.SettingsError, match="too short"):
+        settings.load_store({"AGENTIHOOKS_CHECKPOINT_ROOT": "/x", "AGENTIHOOKS_GRANT_KEY": "short"})
+
+
+def test_secret_values_never_appear_in_errors_or_repr() -> None:
+    """Secrets never reach logs or error messages."""
+    secret = "super-secret-operator-token-value"
+    conf = settings.load_controller(
+        {
+            "AGENTIHOOKS_GRANT_KEY": KEY,
+            "AGENTIHOOKS_OPERATOR_TOKEN": secret,
+            "AGENTIHOOKS_WORKER_IMAGE": "img:1",
+        }
+    )
+    assert secret not in repr(conf) and KEY not in repr(conf)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("CONTROL_ADDR", "nohost"), ("RUNTIME", "docker"), ("LEASE_MS", "ten"), ("LEASE_MS", "1")],
+)
+def test_bad_controller_values_name_the_variable(name: str, value: str) -> None:
+    """A bad value is refused at start with a message naming the variable."""
+    env = {
+        "AGENTIHOOKS_GRANT_KEY": KEY,
+        "AGENTIHOOKS_OPERATOR_TOKEN": "o" * 20,
+        "AGENTIHOOKS_WORKER_IMAGE": "img:1",
+        f"AGENTIHOOKS_{name}": value,
+    }
+    with pytest.raises(settings.SettingsError, match=f"AGENTIHOOKS_{name}"):
+        settings.load_controller(env)
+
+
+def test_remote_flag_parsing() -> None:
+    """checkpoint_remote: the worker sets AGENTIHOOKS_CHECKPOINT_REMOTE=true for itself."""
+    assert settings.load_restorer({"AGENTIHOOKS_CHECKPOINT_REMOTE": "true"}).checkpoint_remote
+    with pytest.raises(settings.SettingsError, match="CHECKPOINT_REMOTE"):
+        settings.load_restorer({"AGENTIHOOKS_CHECKPOINT_REMOTE": "maybe"})
