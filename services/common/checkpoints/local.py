@@ -1,0 +1,338 @@
+"""The local folder backend: checkpoints under `AGENTIHOOKS_CHECKPOINT_ROOT`.
+
+Layout: `{root}/{swarm}/{task_id}/{task_generation}/objects/{sha[:2]}/{sha}` and
+`.../records/{checkpoint_id}.json`. Every folder below the root is opened relative to its parent
+with O_NOFOLLOW, so a link planted inside the store is refused instead of followed out of it.
+Files are written to a temporary name in their own folder, synced, then moved into place, so a
+reader never sees half an object or half a manifest. Blocking I/O runs in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import io
+import os
+import pathlib
+import secrets
+import stat
+from collections.abc import AsyncIterable, AsyncIterator
+
+from services.common.checkpoints import storing
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_DIR_MODE = 0o700
+_FILE_MODE = 0o600
+_WRITE_BATCH = 1024 * 1024
+_LINKS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
+
+
+def _unsafe() -> storing.UnsafePath:
+    return storing.UnsafePath("the checkpoint store holds a link or an unexpected entry")
+
+
+def _open_dir(root: pathlib.Path, parts: list[str], *, create: bool) -> int | None:
+    """A descriptor of `root/parts…`, never following a link below the root.
+
+    Returns None when a folder is absent and `create` is false.
+    """
+    try:
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not create:
+            return None
+        os.makedirs(root, mode=_DIR_MODE, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts:
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    os.close(fd)
+                    return None
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, _DIR_MODE, dir_fd=fd)
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except OSError as error:
+        os.close(fd)
+        if error.errno in _LINKS:
+            raise _unsafe() from None
+        raise
+    return fd
+
+
+def _open_file(dir_fd: int, name: str) -> int | None:
+    """A read descriptor of a regular file in `dir_fd`; None when absent; a link is refused."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if error.errno in _LINKS:
+            raise _unsafe() from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _unsafe()
+    return fd
+
+
+class LocalFolderBackend:
+    """Checkpoint stores in a local folder.
+
+    Args:
+        root: absolute path of the checkpoint folder (`AGENTIHOOKS_CHECKPOINT_ROOT`); it is
+            created on the first write.
+
+    Raises:
+        ValueError: `root` is relative.
+    """
+
+    def __init__(self, root: pathlib.Path) -> None:
+        root = pathlib.Path(root)
+        if not root.is_absolute():
+            raise ValueError("AGENTIHOOKS_CHECKPOINT_ROOT must be an absolute path")
+        self.root = root
+
+    def scoped(self, scope: storing.StoreScope) -> LocalStore:
+        """The store of one task scope."""
+        return LocalStore(self.root, scope)
+
+    async def aclose(self) -> None:
+        """Nothing to release: every operation opens and closes its own files."""
+
+
+class LocalStore:
+    """An `ArtifactStore` over `{root}/{scope.prefix}`."""
+
+    def __init__(self, root: pathlib.Path, scope: storing.StoreScope) -> None:
+        self._root = root
+        self._scope = scope
+        self._parts = scope.prefix.split("/")
+
+    @property
+    def scope(self) -> storing.StoreScope:
+        """The scope every path of this store lives under."""
+        return self._scope
+
+    def _object_dir(self, sha256: str) -> list[str]:
+        return [*self._parts, "objects", sha256[:2]]
+
+    async def put_object(
+        self, chunks: AsyncIterable[bytes], *, sha256: str, size: int, max_size: int
+    ) -> storing.ObjectRef:
+        """Store one object, checking hash and size while it streams in; see `ArtifactStore`."""
+        check = storing.UploadCheck(sha256, size, max_size)
+        if await self.object_exists(sha256):
+            await _drain(chunks, check, None)
+            return storing.ObjectRef(sha256, size, existed=True)
+        dir_fd = await asyncio.to_thread(
+            _open_dir, self._root, self._object_dir(sha256), create=True
+        )
+        assert dir_fd is not None
+        temp = f".tmp-{secrets.token_hex(8)}"
+        try:
+            fd = os.open(temp, _CREATE_FLAGS, _FILE_MODE, dir_fd=dir_fd)
+            try:
+                await _drain(chunks, check, fd)
+                created = await asyncio.to_thread(_publish_object, dir_fd, fd, temp, sha256)
+            finally:
+                os.close(fd)
+        except BaseException:
+            # Nothing of a refused or interrupted upload stays behind, not even the temp file.
+            _unlink_quietly(dir_fd, temp)
+            raise
+        finally:
+            os.close(dir_fd)
+        return storing.ObjectRef(sha256, size, existed=not created)
+
+    async def object_exists(self, sha256: str) -> bool:
+        """True when something is stored under this object name."""
+        storing.check_object_name(sha256)
+        return await asyncio.to_thread(self._exists, sha256)
+
+    def _exists(self, sha256: str) -> bool:
+        dir_fd = _open_dir(self._root, self._object_dir(sha256), create=False)
+        if dir_fd is None:
+            return False
+        try:
+            return _entry_exists(dir_fd, sha256)
+        finally:
+            os.close(dir_fd)
+
+    def read_object(
+        self, sha256: str, chunk_size: int = storing.CHUNK_SIZE
+    ) -> AsyncIterator[bytes]:
+        """The object's bytes; iterating raises `ObjectMissing` when it is absent."""
+        storing.check_object_name(sha256)
+        if chunk_size < 1:
+            raise ValueError("chunk_size must be positive")
+        return self._read(sha256, chunk_size)
+
+    async def _read(self, sha256: str, chunk_size: int) -> AsyncIterator[bytes]:
+        fd = await asyncio.to_thread(self._open_object, sha256)
+        if fd is None:
+            raise storing.ObjectMissing("the object is not in the store")
+        with io.FileIO(fd, "r", closefd=True) as file:
+            while chunk := await asyncio.to_thread(file.read, chunk_size):
+                yield chunk
+
+    def _open_object(self, sha256: str) -> int | None:
+        dir_fd = _open_dir(self._root, self._object_dir(sha256), create=False)
+        if dir_fd is None:
+            return None
+        try:
+            return _open_file(dir_fd, sha256)
+        finally:
+            os.close(dir_fd)
+
+    async def digest_object(self, sha256: str) -> tuple[str, int] | None:
+        """SHA-256 and size of the stored bytes, hashed in one worker thread with large reads."""
+        storing.check_object_name(sha256)
+        return await asyncio.to_thread(self._digest, sha256)
+
+    def _digest(self, sha256: str) -> tuple[str, int] | None:
+        fd = self._open_object(sha256)
+        if fd is None:
+            return None
+        digest, size = hashlib.sha256(), 0
+        buffer = bytearray(storing.CHUNK_SIZE)
+        view = memoryview(buffer)
+        with io.FileIO(fd, "r", closefd=True) as file:
+            # readinto a reused buffer: no allocation per chunk; hashlib drops the GIL on it.
+            while count := file.readinto(buffer):
+                digest.update(view[:count])
+                size += count
+        return digest.hexdigest(), size
+
+    async def put_manifest(self, checkpoint_id: str, data: bytes) -> None:
+        """Write the manifest atomically (temp file, fsync, rename, fsync of the folder)."""
+        storing.check_checkpoint_id(checkpoint_id)
+        if len(data) > storing.MAX_MANIFEST_BYTES:
+            raise storing.ObjectTooLarge("the manifest is over the size limit")
+        await asyncio.to_thread(self._put_manifest, checkpoint_id, data)
+
+    def _put_manifest(self, checkpoint_id: str, data: bytes) -> None:
+        dir_fd = _open_dir(self._root, [*self._parts, "records"], create=True)
+        assert dir_fd is not None
+        temp = f".tmp-{secrets.token_hex(8)}.json"
+        try:
+            fd = os.open(temp, _CREATE_FLAGS, _FILE_MODE, dir_fd=dir_fd)
+            try:
+                _write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temp, f"{checkpoint_id}.json", src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            os.fsync(dir_fd)
+        except BaseException:
+            _unlink_quietly(dir_fd, temp)
+            raise
+        finally:
+            os.close(dir_fd)
+
+    async def get_manifest(self, checkpoint_id: str) -> bytes | None:
+        """The manifest's bytes, or None when absent."""
+        storing.check_checkpoint_id(checkpoint_id)
+        return await asyncio.to_thread(self._get_manifest, checkpoint_id)
+
+    def _get_manifest(self, checkpoint_id: str) -> bytes | None:
+        dir_fd = _open_dir(self._root, [*self._parts, "records"], create=False)
+        if dir_fd is None:
+            return None
+        try:
+            fd = _open_file(dir_fd, f"{checkpoint_id}.json")
+        finally:
+            os.close(dir_fd)
+        if fd is None:
+            return None
+        with io.FileIO(fd, "r", closefd=True) as file:
+            data = file.read(storing.MAX_MANIFEST_BYTES + 1)
+        if len(data) > storing.MAX_MANIFEST_BYTES:
+            raise storing.ObjectTooLarge("the manifest is over the size limit")
+        return data
+
+    async def list_checkpoint_ids(self) -> list[str]:
+        """Ids of the manifests in this scope, sorted."""
+        return await asyncio.to_thread(self._list)
+
+    def _list(self) -> list[str]:
+        dir_fd = _open_dir(self._root, [*self._parts, "records"], create=False)
+        if dir_fd is None:
+            return []
+        try:
+            names = os.listdir(dir_fd)
+        finally:
+            os.close(dir_fd)
+        ids = (name.removesuffix(".json") for name in names if name.endswith(".json"))
+        return sorted(i for i in ids if storing.is_safe_name(i))
+
+
+async def _drain(chunks: AsyncIterable[bytes], check: storing.UploadCheck, fd: int | None) -> None:
+    """Feed the upload through `check` (and into `fd`), batching work for the worker thread."""
+    batch = bytearray()
+    async for chunk in chunks:
+        if check.received + len(batch) + len(chunk) > check.size:
+            raise storing.ObjectCorrupt("the object is larger than its declared size")
+        batch += chunk
+        if len(batch) >= _WRITE_BATCH:
+            await asyncio.to_thread(_take, check, fd, batch)
+            batch = bytearray()
+    await asyncio.to_thread(_take, check, fd, batch)
+    check.finish()
+
+
+def _take(check: storing.UploadCheck, fd: int | None, batch: bytearray) -> None:
+    check.feed(batch)
+    if fd is not None:
+        _write_all(fd, batch)
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _publish_object(dir_fd: int, fd: int, temp: str, sha256: str) -> bool:
+    """Sync a checked temp file and give it its object name; False when the object was there.
+
+    A hard link never replaces an existing name, so an object stored meanwhile by another
+    writer is left as it is.
+    """
+    os.fsync(fd)
+    try:
+        os.link(temp, sha256, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        created = True
+    except FileExistsError:
+        created = False
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP):
+            raise
+        # A file system without hard links: same content under the same name, so a rename
+        # over a concurrent writer's copy changes nothing a reader can see.
+        created = not _entry_exists(dir_fd, sha256)
+        os.replace(temp, sha256, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    _unlink_quietly(dir_fd, temp)
+    os.fsync(dir_fd)
+    return created
+
+
+def _entry_exists(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _unlink_quietly(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dir_fd)

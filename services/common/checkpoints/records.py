@@ -1,0 +1,341 @@
+"""The checkpoint record: canonical bytes, the stored manifest, schema checks and summaries.
+
+Pure: no I/O beyond reading the packaged schema once at import.
+The format is docs/swarm-v2/schemas/checkpoint.json; this package holds an identical copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import importlib.resources
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import jsonschema
+
+from services.common.checkpoints import reasons
+
+SCHEMA_VERSIONS: Final = frozenset({1, 2})
+CURRENT_SCHEMA_VERSION: Final = 2
+ROLES: Final = ("transcript", "native_session", "source_bundle", "source_patch", "untracked")
+
+Entry = tuple[str, str, int]
+"""An object as the record names it: (role, sha256, size)."""
+
+
+class ManifestError(ValueError):
+    """The bytes are not a manifest `{"manifest_sha256": <hex>, "record": {…}}`."""
+
+
+def canonical_bytes(record: Mapping[str, Any]) -> bytes:
+    """The bytes the manifest hash is taken over: sorted keys, no whitespace, UTF-8.
+
+    Raises:
+        ValueError: the record holds something JSON cannot carry (NaN, a lone surrogate).
+    """
+    text = json.dumps(
+        record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    return text.encode()
+
+
+def record_sha256(record: Mapping[str, Any]) -> str:
+    """Lowercase hex SHA-256 of the record's canonical bytes."""
+    return hashlib.sha256(canonical_bytes(record)).hexdigest()
+
+
+def encode_manifest(record: Mapping[str, Any]) -> bytes:
+    """The stored manifest of `record`: the record and the hash of its canonical bytes."""
+    manifest = {"manifest_sha256": record_sha256(record), "record": record}
+    return canonical_bytes(manifest)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ManifestError("a manifest holds no NaN or Infinity")
+
+
+def decode_manifest(data: bytes) -> tuple[dict[str, Any], str]:
+    """Split a stored manifest into its record and the hash it claims (not yet compared).
+
+    Raises:
+        ManifestError: the bytes are not UTF-8 JSON of the manifest's shape.
+    """
+    try:
+        manifest = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        # No detail of the content goes into the message: it may hold conversation paths.
+        raise ManifestError("the manifest is not UTF-8 JSON") from error
+    if not isinstance(manifest, dict) or set(manifest) != {"manifest_sha256", "record"}:
+        raise ManifestError("a manifest holds exactly manifest_sha256 and record")
+    record, claimed = manifest["record"], manifest["manifest_sha256"]
+    if not isinstance(record, dict) or not isinstance(claimed, str):
+        raise ManifestError("the manifest's record is not an object or its hash not a string")
+    return record, claimed
+
+
+def load_schema() -> dict[str, Any]:
+    """The checkpoint JSON Schema as packaged with this module."""
+    text = importlib.resources.files(__package__).joinpath("checkpoint.schema.json").read_text()
+    schema: dict[str, Any] = json.loads(text)
+    return schema
+
+
+def _strict_integer(checker: Any, instance: object) -> bool:
+    # JSON Schema counts 1.0 as an integer; a record's counters and sizes must be real integers.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_STRICT = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
+)
+_VALIDATOR: Final = _STRICT(load_schema())
+
+
+def check(record: Mapping[str, Any]) -> reasons.Reason | None:
+    """Whether `record` satisfies a supported schema version.
+
+    Returns:
+        `unsupported_version` for a schema_version other than 1 or 2, `invalid_record` when the
+        record breaks the schema or its own rules (duplicate paths, a head commit without a
+        bundle), None when valid.
+    """
+    version = record.get("schema_version")
+    if type(version) is not int or version not in SCHEMA_VERSIONS:
+        return reasons.Reason.UNSUPPORTED_VERSION
+    try:
+        if not _VALIDATOR.is_valid(record):
+            return reasons.Reason.INVALID_RECORD
+    except RecursionError:
+        return reasons.Reason.INVALID_RECORD
+    if not _consistent(record):
+        return reasons.Reason.INVALID_RECORD
+    return None
+
+
+def _consistent(record: Mapping[str, Any]) -> bool:
+    native = record.get("native") or {}
+    paths = [f["path"] for f in native.get("files", [])]
+    if len(paths) != len(set(paths)):
+        return False
+    source = record.get("source")
+    if source is None:
+        return True
+    paths = [f["path"] for f in source.get("untracked", [])]
+    if len(paths) != len(set(paths)):
+        return False
+    # Without a bundle the restore can only check out base_commit, so head must be the same.
+    return source.get("bundle") is not None or source["head_commit"] == source["base_commit"]
+
+
+def execution_generation(record: Mapping[str, Any]) -> int:
+    """The attempt's generation; version 1 records read the task generation in its place."""
+    authority = record["authority"]
+    generation = authority.get("execution_generation", authority["task_generation"])
+    return int(generation)
+
+
+def named_objects(record: Mapping[str, Any]) -> Iterator[Entry]:
+    """Every object a section of a schema-valid record names, with the role it plays."""
+    transcript = record.get("transcript")
+    if transcript is not None:
+        yield "transcript", transcript["sha256"], transcript["size"]
+    native = record.get("native")
+    if native is not None:
+        for item in native["files"]:
+            yield "native_session", item["sha256"], item["size"]
+    source = record.get("source")
+    if source is not None:
+        for role, key in (("source_bundle", "bundle"), ("source_patch", "patch")):
+            blob = source.get(key)
+            if blob is not None:
+                yield role, blob["sha256"], blob["size"]
+        for item in source.get("untracked", []):
+            yield "untracked", item["sha256"], item["size"]
+
+
+def inventory(record: Mapping[str, Any]) -> Iterator[Entry]:
+    """The inventory of a schema-valid record as (role, sha256, size)."""
+    for item in record["inventory"]:
+        yield item["role"], item["sha256"], item["size"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Summary:
+    """A checkpoint as listed: the record values an authorised caller may see."""
+
+    checkpoint_id: str
+    continuity: str
+    compatibility_key: str
+    native_session_id: str | None
+    watermark: int | None
+    sequence: int
+    created_at: str
+    task_generation: int
+    execution_generation: int
+    project: str
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Summary:
+        """Summarise a schema-valid record (version 1 or 2)."""
+        native = record.get("native")
+        transcript = record.get("transcript")
+        return cls(
+            checkpoint_id=record["checkpoint_id"],
+            continuity=record["continuity"],
+            compatibility_key=record["compatibility_key"],
+            native_session_id=None if native is None else native["native_session_id"],
+            watermark=None if transcript is None else transcript.get("watermark"),
+            sequence=record["sequence"],
+            created_at=record["created_at"],
+            task_generation=record["authority"]["task_generation"],
+            execution_generation=execution_generation(record),
+            project=record["project"],
+        )
+
+    def newness(self) -> tuple[int, datetime.datetime]:
+        """Sort key: higher sequence is newer, then later created_at."""
+        try:
+            created = datetime.datetime.fromisoformat(self.created_at)
+        except ValueError:
+            created = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+        return self.sequence, created
+
+
+# Builders for writers and tests: they describe captured material, new_record lays it out.
+
+
+@dataclasses.dataclass(frozen=True)
+class Blob:
+    """One object by hash and size."""
+
+    sha256: str
+    size: int
+
+    @classmethod
+    def of(cls, data: bytes) -> Blob:
+        """The blob that names `data`."""
+        return cls(hashlib.sha256(data).hexdigest(), len(data))
+
+
+@dataclasses.dataclass(frozen=True)
+class NativeFile:
+    """One native session file, its path relative to the harness home."""
+
+    path: str
+    blob: Blob
+
+
+@dataclasses.dataclass(frozen=True)
+class UntrackedFile:
+    """One untracked worktree file, its path relative to the worktree, `mode` its permissions."""
+
+    path: str
+    blob: Blob
+    mode: int = 0o644
+
+
+@dataclasses.dataclass(frozen=True)
+class Native:
+    """The captured native session."""
+
+    harness: str
+    harness_version: str
+    native_session_id: str
+    files: tuple[NativeFile, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """The captured source state; `head_commit` defaults to `base_commit` (no bundle)."""
+
+    repository: str
+    base_commit: str
+    head_commit: str | None = None
+    branch: str | None = None
+    bundle: Blob | None = None
+    patch: Blob | None = None
+    untracked: tuple[UntrackedFile, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Authority:
+    """Who captured the checkpoint."""
+
+    swarm: str
+    seat: str
+    task_id: str
+    task_generation: int
+    execution_id: str
+    execution_generation: int
+
+
+def _blob(blob: Blob) -> dict[str, Any]:
+    return {"sha256": blob.sha256, "size": blob.size}
+
+
+def new_record(
+    *,
+    checkpoint_id: str,
+    sequence: int,
+    authority: Authority,
+    project: str,
+    compatibility_key: str,
+    transcript: Blob,
+    watermark: int,
+    native: Native | None = None,
+    source: Source | None = None,
+    created_at: str | None = None,
+    committed: bool = True,
+) -> dict[str, Any]:
+    """A valid schema version 2 record; continuity is `native` exactly when `native` is given.
+
+    The inventory is derived from the sections, so it always agrees with them.
+
+    Raises:
+        ValueError: the arguments do not make a valid record (an unsafe path, a bad name).
+    """
+    if created_at is None:
+        now = datetime.datetime.now(datetime.UTC)
+        created_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    record: dict[str, Any] = {
+        "schema_version": CURRENT_SCHEMA_VERSION,
+        "checkpoint_id": checkpoint_id,
+        "committed": committed,
+        "sequence": sequence,
+        "created_at": created_at,
+        "authority": dataclasses.asdict(authority),
+        "project": project,
+        "compatibility_key": compatibility_key,
+        "continuity": "context_only" if native is None else "native",
+        "native": None,
+        "transcript": {**_blob(transcript), "watermark": watermark},
+        "source": None,
+    }
+    if native is not None:
+        record["native"] = {
+            "harness": native.harness,
+            "harness_version": native.harness_version,
+            "native_session_id": native.native_session_id,
+            "files": [{"path": f.path, **_blob(f.blob)} for f in native.files],
+        }
+    if source is not None:
+        record["source"] = {
+            "repository": source.repository,
+            "base_commit": source.base_commit,
+            "head_commit": source.head_commit or source.base_commit,
+            "branch": source.branch,
+            "bundle": None if source.bundle is None else _blob(source.bundle),
+            "patch": None if source.patch is None else _blob(source.patch),
+            "untracked": [
+                {"path": f.path, **_blob(f.blob), "mode": f.mode} for f in source.untracked
+            ],
+        }
+    entries = dict.fromkeys(named_objects(record))
+    record["inventory"] = [{"role": r, "sha256": s, "size": n} for r, s, n in entries]
+    if check(record) is not None:
+        raise ValueError("these arguments do not make a valid checkpoint record")
+    return record

@@ -1,0 +1,267 @@
+"""Validator.verify: whether a checkpoint is authoritative, as a verdict that names only a reason.
+
+"A checkpoint is authoritative only when its record and every artifact it lists are present and
+match their hashes." The checks run in the spec's order, each refusal a reason of the spec, and no
+record value or path ever reaches the verdict. Hostile records and bytes never raise: every shape
+the schema does not expect ends in a reason. Errors of the storage itself (a lost connection)
+do propagate: they say nothing about the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
+
+from services.common.checkpoints import reasons, records, storing
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class Verdict:
+    """The outcome of `Validator.verify`: ok, or the reason it is not."""
+
+    ok: bool
+    reason: reasons.Reason | None = None
+
+    def __post_init__(self) -> None:
+        if self.ok != (self.reason is None):
+            raise ValueError("a verdict is ok exactly when it has no reason")
+
+    @classmethod
+    def passed(cls) -> Verdict:
+        """The verdict of an authoritative checkpoint."""
+        return cls(ok=True)
+
+    @classmethod
+    def refused(cls, reason: reasons.Reason) -> Verdict:
+        """The verdict of a checkpoint refused for `reason`."""
+        return cls(ok=False, reason=reason)
+
+    def __repr__(self) -> str:
+        return "Verdict(ok)" if self.reason is None else f"Verdict({self.reason.value})"
+
+    __str__ = __repr__
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    """What the verifying attempt expects: the directive's checkpoint and its own generation."""
+
+    checkpoint_id: str
+    execution_generation: int
+
+
+class _Refusal(Exception):
+    def __init__(self, reason: reasons.Reason) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+
+
+class Validator:
+    """Verifies checkpoints through one granted store.
+
+    Args:
+        store: the attempt's granted store; its scope is the task generation checked.
+        concurrency: objects hashed at once; each holds one read buffer, so memory stays flat.
+    """
+
+    def __init__(self, store: storing.ArtifactStore, *, concurrency: int = 2) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self._store = store
+        self._concurrency = concurrency
+
+    async def verify(self, expectation: Expectation) -> Verdict:
+        """The verdict on the record and every object it lists."""
+        try:
+            record = await self._record(expectation)
+            await self._check_objects(record)
+        except _Refusal as refusal:
+            return Verdict.refused(refusal.reason)
+        return Verdict.passed()
+
+    async def verify_record(self, expectation: Expectation) -> Verdict:
+        """The verdict on the record alone: every check except reading the objects."""
+        try:
+            await self._record(expectation)
+        except _Refusal as refusal:
+            return Verdict.refused(refusal.reason)
+        return Verdict.passed()
+
+    async def summary(self, expectation: Expectation, *, verified: bool) -> records.Summary | None:
+        """The summary of a checkpoint that passes (with its objects when `verified`), or None."""
+        try:
+            record = await self._record(expectation)
+            if verified:
+                await self._check_objects(record)
+        except _Refusal:
+            return None
+        return records.Summary.from_record(record)
+
+    async def _record(self, expectation: Expectation) -> Mapping[str, Any]:
+        try:
+            data = await self._store.get_manifest(expectation.checkpoint_id)
+        except storing.InvalidName:
+            # No manifest can exist under a name the store refuses.
+            raise _Refusal(reasons.Reason.MANIFEST_ABSENT) from None
+        except (storing.ObjectTooLarge, storing.UnsafePath):
+            raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
+        if data is None:
+            raise _Refusal(reasons.Reason.MANIFEST_ABSENT)
+        try:
+            record, claimed = records.decode_manifest(data)
+            matches = records.record_sha256(record) == claimed
+        except (ValueError, RecursionError):
+            raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
+        if not matches:
+            raise _Refusal(reasons.Reason.CORRUPT_MANIFEST)
+        problem = records.check(record)
+        if problem is not None:
+            raise _Refusal(problem)
+        _check_record(record, self._store.scope, expectation)
+        return record
+
+    async def _check_objects(self, record: Mapping[str, Any]) -> None:
+        wanted: dict[str, set[int]] = {}
+        for _role, sha256, size in records.inventory(record):
+            wanted.setdefault(sha256, set()).add(size)
+        names = sorted(wanted)
+
+        # Presence first (cheap), so a missing object is reported as missing whatever else is
+        # wrong, then the hashing, which stops at the first object that does not match.
+        async def present(sha256: str) -> bool:
+            try:
+                return await self._store.object_exists(sha256)
+            except storing.UnsafePath:
+                return True  # something is there; hashing it below refuses it as corrupt
+
+        if not all(await self._each(present, names)):
+            raise _Refusal(reasons.Reason.MISSING_OBJECT)
+
+        async def matches(sha256: str) -> bool:
+            try:
+                digest = await self._store.digest_object(sha256)
+            except storing.UnsafePath:
+                return False
+            if digest is None:
+                raise _Refusal(reasons.Reason.MISSING_OBJECT)
+            return digest[0] == sha256 and wanted[sha256] == {digest[1]}
+
+        await self._each(matches, names, stop=reasons.Reason.CORRUPT_OBJECT)
+
+    async def _each(
+        self,
+        check: Callable[[str], Awaitable[bool]],
+        names: list[str],
+        *,
+        stop: reasons.Reason | None = None,
+    ) -> list[bool]:
+        """`check(name)` for every name, `concurrency` at a time, results in order.
+
+        With `stop`, a false result refuses with that reason and cancels the checks still running.
+        """
+        results = [False] * len(names)
+        queue: Iterator[int] = iter(range(len(names)))
+
+        async def worker() -> None:
+            for index in queue:
+                results[index] = await check(names[index])
+                if stop is not None and not results[index]:
+                    raise _Refusal(stop)
+
+        tasks = [asyncio.create_task(worker()) for _ in range(min(self._concurrency, len(names)))]
+        try:
+            if tasks:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        errors = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
+        refusals = [e.reason for e in errors if isinstance(e, _Refusal)]
+        others = [e for e in errors if not isinstance(e, _Refusal)]
+        if others:
+            raise others[0]
+        if refusals:
+            # A vanished object outranks a changed one, whichever worker saw it first.
+            raise _Refusal(min(refusals, key=lambda r: r is not reasons.Reason.MISSING_OBJECT))
+        return results
+
+
+def _check_record(
+    record: Mapping[str, Any], scope: storing.StoreScope, expectation: Expectation
+) -> None:
+    """The checks after the schema: committed, scope, identity, material, watermark, inventory."""
+    if record["committed"] is not True:
+        raise _Refusal(reasons.Reason.NOT_COMMITTED)
+    authority = record["authority"]
+    if (
+        authority["swarm"] != scope.swarm
+        or authority["task_id"] != scope.task_id
+        or authority["task_generation"] != scope.task_generation
+    ):
+        raise _Refusal(reasons.Reason.SCOPE_MISMATCH)
+    if (
+        record["checkpoint_id"] != expectation.checkpoint_id
+        or records.execution_generation(record) != expectation.execution_generation
+    ):
+        raise _Refusal(reasons.Reason.IDENTITY_MISMATCH)
+    listed = set(records.inventory(record))
+    roles = {role for role, _sha256, _size in listed}
+    if not _required_roles(record) <= roles:
+        raise _Refusal(reasons.Reason.MISSING_MATERIAL)
+    if record["transcript"].get("watermark") is None:
+        raise _Refusal(reasons.Reason.MISSING_WATERMARK)
+    if set(records.named_objects(record)) != listed:
+        raise _Refusal(reasons.Reason.INVENTORY_MISMATCH)
+
+
+def _required_roles(record: Mapping[str, Any]) -> set[str]:
+    transcript, native, source = (record.get(k) for k in ("transcript", "native", "source"))
+    if transcript is None or (record["continuity"] == "native" and native is None):
+        # The section itself is missing, so nothing in the inventory can stand for it.
+        return {"<absent>"}
+    required = {"transcript"}
+    if record["continuity"] == "native":
+        required.add("native_session")
+    if source is not None:
+        if source.get("bundle") is not None:
+            required.add("source_bundle")
+        if source.get("patch") is not None:
+            required.add("source_patch")
+        if source.get("untracked"):
+            required.add("untracked")
+    return required
+
+
+async def list_checkpoints(
+    store: storing.ArtifactStore,
+    compatibility_key: str,
+    execution_generation: int,
+    *,
+    verified_only: bool,
+) -> list[records.Summary]:
+    """The store's complete checkpoints of one compatibility key and attempt, newest first.
+
+    Every listed record passed the record checks of `Validator.verify` (committed, in this
+    store's scope, of this execution generation, with its material and watermark); with
+    `verified_only` its objects were read and matched too.
+    """
+    validator = Validator(store)
+    found: list[records.Summary] = []
+    for checkpoint_id in await store.list_checkpoint_ids():
+        expectation = Expectation(checkpoint_id, execution_generation)
+        summary = await validator.summary(expectation, verified=False)
+        if summary is not None and summary.compatibility_key == compatibility_key:
+            found.append(summary)
+    found.sort(key=records.Summary.newness, reverse=True)
+    if not verified_only:
+        return found
+    # Objects are read only for records that already qualify, newest first.
+    verified: list[records.Summary] = []
+    for summary in found:
+        expectation = Expectation(summary.checkpoint_id, execution_generation)
+        if (await validator.verify(expectation)).ok:
+            verified.append(summary)
+    return verified
