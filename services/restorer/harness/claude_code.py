@@ -1,0 +1,280 @@
+"""Claude Code: session layout in the harness home, version, resume and opening prompt.
+
+Assumptions (Claude Code 2.1, default config location; checked against public reports of its
+on-disk layout, not against its source):
+
+- A session is `~/.claude/projects/{key}/{session_id}.jsonl`, one JSON record per line; newer
+  builds may keep a sibling folder `{key}/{session_id}/` (subagent transcripts, tool results),
+  which is captured and restored with it. `agent-*.jsonl` files beside sessions are subagent
+  sidechains of older builds, not sessions.
+- `{key}` is the working directory's physical absolute path (as `process.cwd()` reports it, so
+  symlinks resolved) with every character outside `[A-Za-z0-9]` replaced by `-`, per UTF-16
+  code unit (a character outside the BMP gives two). A key over 200 characters is cut to 200
+  and suffixed with `-` and a base-36 hash; we follow the Node build's 32-bit string hash, and
+  the native (Bun) build may hash differently, so worktree paths over 200 characters are not
+  supported. Claude Code may key on the git root rather than the cwd; the restorer passes the
+  worktree root, which is both.
+- `claude --resume <id>` looks for `<id>.jsonl` under the key of the directory it runs in, so
+  a restore into a worktree at another path re-keys the folder. Record contents (which name the
+  old cwd) are restored verbatim: their hashes are what the checkpoint verified.
+- `~/.claude.json` holds `hasCompletedOnboarding`; true skips the first-run screens.
+- `claude --version` prints `2.1.3 (Claude Code)`.
+- Prompt: one positional argument. Options that consume values are listed below so a value is
+  never taken for the prompt; `--` ends options (commander), so the prompt is passed after it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import stat
+from collections.abc import Sequence
+
+from services.restorer import paths, transcripts
+from services.restorer.harness import base
+
+NAME = "claude_code"
+QUALIFIED = "2.1"
+EXECUTABLE = "claude"
+CONFIG_FILE = ".claude.json"
+_PROJECTS = (".claude", "projects")
+_MAX_KEY = 200
+
+FLAGS = base.FlagTable(
+    takes_value=frozenset(
+        {
+            "--output-format",
+            "--input-format",
+            "--json-schema",
+            "--max-budget-usd",
+            "--max-turns",
+            "--system-prompt",
+            "--system-prompt-file",
+            "--append-system-prompt",
+            "--append-system-prompt-file",
+            "--permission-mode",
+            "--permission-prompt-tool",
+            "--model",
+            "--agent",
+            "--agents",
+            "--fallback-model",
+            "--settings",
+            "--setting-sources",
+            "--session-id",
+        }
+    ),
+    variadic=frozenset(
+        {
+            "--allowedTools",
+            "--allowed-tools",
+            "--disallowedTools",
+            "--disallowed-tools",
+            "--tools",
+            "--mcp-config",
+            "--betas",
+            "--add-dir",
+            "--plugin-dir",
+            "--file",
+        }
+    ),
+    optional_value=frozenset({"-d", "--debug", "-r", "--resume", "--from-pr"}),
+    # A resumed or re-prompted conversation must not also continue, fork or pin another one.
+    dropped=frozenset(
+        {"-c", "--continue", "-r", "--resume", "--session-id", "--fork-session", "--from-pr"}
+    ),
+)
+
+
+def project_key(cwd: str | os.PathLike[str]) -> str:
+    """Claude Code's project folder name for a working directory (see module notes)."""
+    path = os.path.realpath(cwd)
+    key_chars: list[str] = []
+    for char in path:
+        if char.isascii() and char.isalnum():
+            key_chars.append(char)
+        else:
+            key_chars.append("--" if ord(char) > 0xFFFF else "-")
+    key = "".join(key_chars)
+    if len(key) <= _MAX_KEY:
+        return key
+    return f"{key[:_MAX_KEY]}-{_base36(abs(_string_hash(path)))}"
+
+
+def _string_hash(text: str) -> int:
+    units = text.encode("utf-16-le")
+    value = 0
+    for offset in range(0, len(units), 2):
+        value = (value << 5) - value + int.from_bytes(units[offset : offset + 2], "little")
+        value = (value + 2**31) % 2**32 - 2**31  # JavaScript's `hash |= 0`
+    return value
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        number, rest = divmod(number, 36)
+        out = digits[rest] + out
+        if number == 0:
+            return out
+
+
+def _layout(files: Sequence[base.SessionFile]) -> tuple[str, list[tuple[base.SessionFile, str]]]:
+    """The session id and each file's path below the project folder, or HarnessError."""
+    placed: list[tuple[base.SessionFile, str]] = []
+    session_id: str | None = None
+    keys = set()
+    for item in files:
+        segments = paths.check_relative(item.path)
+        if len(segments) < 4 or segments[:2] != _PROJECTS:
+            raise base.HarnessError("harness: session files do not match the Claude Code layout")
+        keys.add(segments[2])
+        if len(keys) > 1:
+            raise base.HarnessError("harness: session files come from more than one project")
+        below = segments[3:]
+        if len(below) == 1 and below[0].endswith(".jsonl"):
+            if session_id is not None:
+                raise base.HarnessError("harness: session files hold more than one session")
+            session_id = base.check_session_id(below[0].removesuffix(".jsonl"))
+        placed.append((item, "/".join(below)))
+    if session_id is None:
+        raise base.HarnessError("harness: session files hold no session")
+    for _, below_path in placed:
+        head = below_path.split("/", 1)[0]
+        if head not in (f"{session_id}.jsonl", session_id):
+            raise base.HarnessError("harness: session files do not match the Claude Code layout")
+    return session_id, placed
+
+
+class ClaudeCode:
+    """The Claude Code harness."""
+
+    name = NAME
+    qualified = QUALIFIED
+    executable = EXECUTABLE
+
+    def qualifies(self, version: str) -> bool:
+        return base.version_qualifies(version, QUALIFIED)
+
+    async def read_version(self, executable: str) -> str:
+        return await base.run_version(executable)
+
+    def capture_session(
+        self, home: pathlib.Path, cwd: pathlib.Path, session_id: str
+    ) -> list[base.SessionFile]:
+        """The session's `.jsonl` and, when present, its sibling folder's files.
+
+        Raises:
+            HarnessError: the session id is not plain, the session file is missing, or a
+                symlink on the way leads outside the harness home.
+        """
+        base.check_session_id(session_id)
+        home = pathlib.Path(home)
+        prefix = "/".join((*_PROJECTS, project_key(cwd)))
+        try:
+            main = paths.read_file_no_follow(base.home_path(home, f"{prefix}/{session_id}.jsonl"))
+        except (FileNotFoundError, paths.UnsafePath):
+            raise base.HarnessError("harness: session not found") from None
+        files = [base.SessionFile(f"{prefix}/{session_id}.jsonl", main)]
+        for relative, data in base.read_tree(base.home_path(home, f"{prefix}/{session_id}")):
+            files.append(base.SessionFile(f"{prefix}/{session_id}/{relative}", data))
+        return files
+
+    def restore_session(
+        self, home: pathlib.Path, cwd: pathlib.Path, files: Sequence[base.SessionFile]
+    ) -> None:
+        """Write the session under the project key of `cwd` (re-keyed when the path moved).
+
+        Every path is checked before anything is written.
+
+        Raises:
+            HarnessError: the files do not form one Claude Code session.
+            paths.UnsafePath: a path is unsafe or a symlink on the way leads out of the home.
+        """
+        _, placed = _layout(files)
+        prefix = "/".join((*_PROJECTS, project_key(cwd)))
+        targets = [(f"{prefix}/{below}", item.data) for item, below in placed]
+        for relative, _ in targets:
+            paths.safe_join(home, relative)
+        for relative, data in targets:
+            base.write_home_file(pathlib.Path(home), relative, data)
+
+    def native_session_id(self, home: pathlib.Path, cwd: pathlib.Path) -> str | None:
+        """The session of `cwd` whose file was written last, or None."""
+        try:
+            folder = base.home_path(pathlib.Path(home), "/".join((*_PROJECTS, project_key(cwd))))
+            entries = list(os.scandir(folder))
+        except (base.HarnessError, FileNotFoundError, NotADirectoryError):
+            return None
+        newest: tuple[int, str] | None = None
+        for entry in entries:
+            stem = entry.name.removesuffix(".jsonl")
+            if (
+                stem == entry.name
+                or stem.startswith("agent-")
+                or not entry.is_file(follow_symlinks=False)
+            ):
+                continue
+            try:
+                base.check_session_id(stem)
+            except base.HarnessError:
+                continue
+            candidate = (entry.stat(follow_symlinks=False).st_mtime_ns, stem)
+            if newest is None or candidate > newest:
+                newest = candidate
+        return None if newest is None else newest[1]
+
+    def transcript_records(self, files: Sequence[base.SessionFile]) -> list[str]:
+        """The records of the session's own `.jsonl` (subagent files are not the conversation)."""
+        session_id, placed = _layout(files)
+        for item, below in placed:
+            if below == f"{session_id}.jsonl":
+                return transcripts.split_records(item.data)
+        raise base.HarnessError("harness: session files hold no session")
+
+    def resume_command(self, original_command: Sequence[str], session_id: str) -> list[str]:
+        """`claude --resume ID` with the original's options (its prompt, if any, dropped)."""
+        parsed = base.parse_command(original_command, FLAGS)
+        return [parsed.executable, "--resume", base.check_session_id(session_id), *parsed.options()]
+
+    def opening_prompt_command(self, original_command: Sequence[str], prompt: str) -> list[str]:
+        """The original command with its own prompt replaced by `prompt`, the last argument.
+
+        The continuation carries the recorded conversation, which began with the original
+        prompt; passing both would give the harness two prompts.
+        """
+        parsed = base.parse_command(original_command, FLAGS)
+        return [parsed.executable, *parsed.options(), "--", prompt]
+
+    def prepare_home(self, home: pathlib.Path) -> None:
+        """Mark first-run onboarding completed in `~/.claude.json`, keeping every other key.
+
+        Raises:
+            HarnessError: the file is a symlink, not a regular file, or not a JSON object (a
+                user's configuration is never overwritten blind).
+        """
+        home = pathlib.Path(home)
+        target = home / CONFIG_FILE
+        config: dict[str, object] = {}
+        mode = base.SESSION_FILE_MODE
+        owner = base.home_owner(home)
+        try:
+            data = paths.read_file_no_follow(target)
+        except FileNotFoundError:
+            data = None
+        except paths.UnsafePath:
+            raise base.HarnessError("harness: .claude.json is not a regular file") from None
+        if data is not None:
+            loaded = base.load_json_object(data)
+            if loaded is None:
+                raise base.HarnessError("harness: .claude.json is not a JSON object")
+            if loaded.get("hasCompletedOnboarding") is True:
+                return
+            config = loaded
+            info = target.lstat()
+            mode = stat.S_IMODE(info.st_mode)
+            owner = (info.st_uid, info.st_gid) if os.geteuid() == 0 else None
+        config["hasCompletedOnboarding"] = True
+        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
+        paths.write_file_no_follow(home, CONFIG_FILE, text.encode("utf-8"), mode, owner=owner)

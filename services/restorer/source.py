@@ -1,0 +1,535 @@
+"""Capturing and applying a worktree's source with the real `git` CLI.
+
+A capture holds what a replacement needs to rebuild the worktree byte for byte:
+
+- `base_commit`: where the captured history starts. When the branch has an upstream (its
+  configured upstream, else `origin/<branch>`, else `origin/HEAD`), the base is the merge-base
+  of HEAD with it, which the remote already holds, and the bundle carries only `base..HEAD`
+  (None when HEAD is the base). With no upstream at all the bundle carries the full history of
+  HEAD and the base is its root commit, so a restore into an empty folder needs no clone.
+- `patch`: `git diff --binary HEAD`, every staged and unstaged change to tracked files
+  (deletions, mode changes, binary files, symlinks); None when clean.
+- `untracked`: the files `git ls-files --others --exclude-standard` lists, with their bytes
+  and permission bits. Ignored files are not captured (build output and secrets stay behind).
+  Untracked symlinks, nested repositories and names that are not UTF-8 or not safe record
+  paths cannot be carried by the record format; they are skipped and counted.
+
+Applying refuses hostile input before writing anything (unsafe or `.git/` paths in the patch
+or the untracked files, symlinks in an existing worktree leading out), clones the project when
+the worktree has no repository, fetches the bundle, checks that the patch applies to the head
+commit on a scratch index, then checks out the head on the branch (tracked files are reset to
+it, so a retried restore starts over), applies the patch to index and work tree, and writes the
+untracked files without following symlinks. Staged versus unstaged is not preserved (every
+change ends up staged); the working tree is. Repositories whose attributes convert line endings
+or run filters are restored as git's checkout writes them.
+
+Git runs with no user or system configuration, no hooks, no prompts and no optional locks (a
+capture never takes the running agent's index lock). Errors are `SourceError`, whose message is
+`source: ` and a short cause with no file contents and no paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import pathlib
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Mapping, Sequence
+
+from services.common import errors
+from services.restorer import paths
+
+_PASSED_ENV = (
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "GIT_SSL_CAINFO",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+)
+_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "protocol.file.allow=always",
+    "protocol.ext.allow=never",
+    "safe.directory=*",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "advice.detachedHead=false",
+    "init.defaultBranch=main",
+    "submodule.recurse=false",
+)
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+_RESTORE_REF = "refs/agentihooks/restore-head"
+
+
+class SourceError(errors.Refused):
+    """The captured source could not be captured or applied (spec reason `source: …`)."""
+
+    def __init__(self, message: str) -> None:
+        if not message.startswith("source: "):
+            message = f"source: {message}"
+        super().__init__(message, message)
+
+
+@dataclasses.dataclass(frozen=True)
+class UntrackedFile:
+    """One untracked file: its path relative to the worktree, permission bits and bytes."""
+
+    path: str
+    mode: int
+    data: bytes = dataclasses.field(repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceCapture:
+    """What a restore needs to rebuild a worktree (see the module notes for each field)."""
+
+    repository: str
+    branch: str
+    base_commit: str
+    head_commit: str
+    bundle: bytes | None = dataclasses.field(repr=False)
+    patch: bytes | None = dataclasses.field(repr=False)
+    untracked: tuple[UntrackedFile, ...] = ()
+    skipped_untracked: int = 0
+
+
+def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A clean environment for git: no user or system config, no prompts, fixed identity.
+
+    Only a few variables pass through (PATH, HOME, TLS and proxy settings); `extra` adds more,
+    for example a `GIT_ASKPASS` that supplies the project's clone credential.
+    """
+    env = {name: os.environ[name] for name in _PASSED_ENV if name in os.environ}
+    env.update(
+        {
+            "LC_ALL": "C",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": "/dev/null",
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_SSH_COMMAND": "ssh -o BatchMode=yes",
+            "GIT_AUTHOR_NAME": "agentihooks restorer",
+            "GIT_AUTHOR_EMAIL": "restorer@agentihooks.invalid",
+            "GIT_COMMITTER_NAME": "agentihooks restorer",
+            "GIT_COMMITTER_EMAIL": "restorer@agentihooks.invalid",
+        }
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+@dataclasses.dataclass(frozen=True)
+class _Result:
+    code: int
+    out: bytes
+
+
+async def _git(
+    args: Sequence[str],
+    *,
+    cwd: pathlib.Path,
+    env: Mapping[str, str],
+) -> _Result:
+    command = ["git"]
+    for setting in _CONFIG:
+        command += ["-c", setting]
+    command += list(args)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            cwd=cwd,
+            env=dict(env),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    except FileNotFoundError:
+        raise SourceError("source: git is not installed") from None
+    out, _ = await process.communicate()
+    return _Result(process.returncode or 0, out)
+
+
+async def _git_ok(
+    args: Sequence[str], *, cwd: pathlib.Path, env: Mapping[str, str], error: str
+) -> bytes:
+    result = await _git(args, cwd=cwd, env=env)
+    if result.code != 0:
+        raise SourceError(error)
+    return result.out
+
+
+async def _optional(args: Sequence[str], *, cwd: pathlib.Path, env: Mapping[str, str]) -> str:
+    result = await _git(args, cwd=cwd, env=env)
+    return result.out.decode("utf-8", errors="replace").strip() if result.code == 0 else ""
+
+
+# --- capture -------------------------------------------------------------------------------
+
+
+async def _base(worktree: pathlib.Path, branch: str, env: Mapping[str, str]) -> str:
+    """The merge-base of HEAD with its upstream, or "" when there is none."""
+    candidates = []
+    if branch:
+        candidates += [f"{branch}@{{upstream}}", f"refs/remotes/origin/{branch}"]
+    candidates.append("refs/remotes/origin/HEAD")
+    for candidate in candidates:
+        upstream = await _optional(
+            ["rev-parse", "--verify", "--quiet", f"{candidate}^{{commit}}"], cwd=worktree, env=env
+        )
+        if upstream:
+            base = await _optional(["merge-base", "HEAD", upstream], cwd=worktree, env=env)
+            if base:
+                return base
+    return ""
+
+
+async def _bundle(
+    worktree: pathlib.Path, revisions: Sequence[str], env: Mapping[str, str]
+) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="agentihooks-capture-") as scratch:
+        target = pathlib.Path(scratch) / "source.bundle"
+        await _git_ok(
+            ["bundle", "create", "--quiet", str(target), *revisions],
+            cwd=worktree,
+            env=env,
+            error="source: bundle could not be created",
+        )
+        return target.read_bytes()
+
+
+def _read_untracked(
+    worktree: pathlib.Path, listing: bytes
+) -> tuple[tuple[UntrackedFile, ...], int]:
+    files: list[UntrackedFile] = []
+    skipped = 0
+    for raw in sorted(filter(None, listing.split(b"\x00"))):
+        try:
+            relative = raw.decode("utf-8")
+            paths.check_relative(relative)
+            full = worktree / relative
+            if not stat.S_ISREG(full.lstat().st_mode):
+                raise paths.UnsafePath("not a regular file")
+            data = paths.read_file_no_follow(full)
+            mode = stat.S_IMODE(full.lstat().st_mode) & 0o777
+        except (UnicodeDecodeError, paths.UnsafePath, OSError):
+            # A nested repository (`dir/`), a symlink, a file that vanished or a name the
+            # record cannot carry: the record has no way to hold it.
+            skipped += 1
+            continue
+        files.append(UntrackedFile(relative, mode, data))
+    return tuple(files), skipped
+
+
+async def capture(
+    worktree: str | os.PathLike[str], *, extra_env: Mapping[str, str] | None = None
+) -> SourceCapture:
+    """Capture a worktree's committed, uncommitted and untracked source.
+
+    Args:
+        worktree: the top of a git worktree.
+        extra_env: variables added to git's clean environment.
+
+    Returns:
+        The capture (see the module notes for how the base is chosen).
+
+    Raises:
+        SourceError: the folder is not a repository with a commit, or git failed.
+    """
+    wt = pathlib.Path(worktree)
+    if not await asyncio.to_thread(wt.is_dir):
+        raise SourceError("source: worktree is missing")
+    env = git_environment(extra_env)
+    head = await _optional(["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=wt, env=env)
+    if not head:
+        raise SourceError("source: worktree has no repository with a commit")
+    branch = await _optional(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=wt, env=env)
+    repository = await _optional(["config", "--get", "remote.origin.url"], cwd=wt, env=env)
+    base = await _base(wt, branch, env)
+    bundle: bytes | None
+    if base:
+        bundle = None if base == head else await _bundle(wt, [f"{base}..HEAD"], env)
+    else:
+        roots = (await _optional(["rev-list", "--max-parents=0", "HEAD"], cwd=wt, env=env)).split()
+        if not roots:
+            raise SourceError("source: history could not be read")
+        base = roots[-1]  # the oldest root when histories were merged
+        bundle = await _bundle(wt, ["HEAD"], env)
+    diff = await _git_ok(
+        [
+            "diff",
+            "--binary",
+            "--full-index",
+            "--no-renames",
+            "--no-color",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-relative",
+            "--ignore-submodules=all",
+            "--src-prefix=a/",
+            "--dst-prefix=b/",
+            "HEAD",
+            "--",
+        ],
+        cwd=wt,
+        env=env,
+        error="source: uncommitted changes could not be read",
+    )
+    listing = await _git_ok(
+        ["ls-files", "--others", "--exclude-standard", "-z"],
+        cwd=wt,
+        env=env,
+        error="source: untracked files could not be listed",
+    )
+    untracked, skipped = await asyncio.to_thread(_read_untracked, wt, listing)
+    return SourceCapture(
+        repository=repository,
+        branch=branch,
+        base_commit=base,
+        head_commit=head,
+        bundle=bundle,
+        patch=diff or None,
+        untracked=untracked,
+        skipped_untracked=skipped,
+    )
+
+
+# --- apply ---------------------------------------------------------------------------------
+
+
+def _patch_paths(numstat: bytes) -> list[str]:
+    """Every path `git apply --numstat -z` reports (both sides of a rename or copy)."""
+    found: list[str] = []
+    fields = numstat.split(b"\x00")
+    index = 0
+    while index < len(fields):
+        entry = fields[index]
+        index += 1
+        if not entry:
+            continue
+        parts = entry.split(b"\t", 2)
+        if len(parts) != 3:
+            raise SourceError("source: patch is malformed")
+        if parts[2]:
+            names = [parts[2]]
+        else:
+            names = fields[index : index + 2]
+            index += 2
+        for name in names:
+            try:
+                found.append(name.decode("utf-8"))
+            except UnicodeDecodeError:
+                raise SourceError("source: unsafe path in patch") from None
+    return found
+
+
+def _worktree_state(worktree: pathlib.Path) -> str:
+    """`missing`, `empty`, `repository` or `other` (files but no repository)."""
+    if not os.path.lexists(worktree):
+        return "missing"
+    if not worktree.is_dir():
+        return "other"
+    if os.path.lexists(worktree / ".git"):
+        return "repository"
+    return "other" if any(worktree.iterdir()) else "empty"
+
+
+def _check_paths(root: pathlib.Path | None, relatives: Sequence[str], error: str) -> None:
+    for relative in relatives:
+        try:
+            if root is None:
+                paths.check_relative(relative)
+            else:
+                paths.safe_join(root, relative)
+        except paths.UnsafePath:
+            raise SourceError(error) from None
+
+
+async def apply(
+    worktree: str | os.PathLike[str],
+    capture: SourceCapture,
+    repository_url: str,
+    *,
+    extra_env: Mapping[str, str] | None = None,
+) -> None:
+    """Rebuild a captured worktree: clone if needed, bundle, head, patch, untracked files.
+
+    Args:
+        worktree: the replacement's worktree: missing, empty, or a checkout of the project.
+        capture: the captured source (from a verified checkpoint).
+        repository_url: where to clone from when the worktree has no repository (a URL or a
+            local path); may be empty when the bundle holds the full history.
+        extra_env: variables added to git's clean environment (clone credentials).
+
+    Raises:
+        SourceError: hostile or inconsistent input (refused before anything is written), or a
+            git step failed.
+    """
+    wt = pathlib.Path(worktree)
+    env = git_environment(extra_env)
+    for commit in (capture.base_commit, capture.head_commit):
+        if not _COMMIT.fullmatch(commit):
+            raise SourceError("source: commit id is malformed")
+    untracked_paths = [item.path for item in capture.untracked]
+    _check_paths(None, untracked_paths, "source: unsafe path in untracked files")
+    with tempfile.TemporaryDirectory(prefix="agentihooks-restore-") as scratch_name:
+        scratch = pathlib.Path(scratch_name)
+        if capture.branch:
+            await _git_ok(
+                ["check-ref-format", "--branch", capture.branch],
+                cwd=scratch,
+                env=env,
+                error="source: branch name is malformed",
+            )
+        patch_file = scratch / "source.patch"
+        patched: list[str] = []
+        if capture.patch:
+            patch_file.write_bytes(capture.patch)
+            numstat = await _git_ok(
+                ["apply", "--numstat", "-z", str(patch_file)],
+                cwd=scratch,
+                env=env,
+                error="source: patch is malformed",
+            )
+            patched = _patch_paths(numstat)
+            _check_paths(None, patched, "source: unsafe path in patch")
+        state = await asyncio.to_thread(_worktree_state, wt)
+        if state == "other":
+            raise SourceError("source: worktree is not empty and holds no repository")
+        if state == "repository":
+            _check_paths(wt, patched, "source: unsafe path in patch")
+            _check_paths(wt, untracked_paths, "source: unsafe path in untracked files")
+        elif not repository_url and capture.bundle is None:
+            raise SourceError("source: no repository to clone")
+
+        # Nothing above wrote anything; from here on the worktree changes.
+        try:
+            await _rebuild(wt, capture, repository_url, state, scratch, env)
+            await asyncio.to_thread(_write_untracked, wt, capture.untracked)
+        except SourceError:
+            if state != "repository":
+                await asyncio.to_thread(_remove_created, wt, state)
+            raise
+
+
+def _write_untracked(wt: pathlib.Path, files: Sequence[UntrackedFile]) -> None:
+    for item in files:
+        try:
+            paths.write_file_no_follow(wt, item.path, item.data, item.mode)
+        except paths.UnsafePath:
+            raise SourceError("source: unsafe path in untracked files") from None
+        except OSError:
+            raise SourceError("source: untracked file could not be written") from None
+
+
+async def _rebuild(
+    wt: pathlib.Path,
+    capture: SourceCapture,
+    repository_url: str,
+    state: str,
+    scratch: pathlib.Path,
+    env: Mapping[str, str],
+) -> None:
+    """Clone or init when needed, fetch the bundle, check the patch, check out, apply."""
+    patch_file = scratch / "source.patch"
+    if state != "repository":
+        if repository_url:
+            await _git_ok(
+                [
+                    "clone",
+                    "--quiet",
+                    "--no-checkout",
+                    "--origin",
+                    "origin",
+                    "--",
+                    repository_url,
+                    str(wt),
+                ],
+                cwd=scratch,
+                env=env,
+                error="source: clone failed",
+            )
+        else:
+            await _git_ok(
+                ["init", "--quiet", str(wt)], cwd=scratch, env=env, error="source: init failed"
+            )
+    if capture.bundle is not None:
+        bundle_file = scratch / "source.bundle"
+        bundle_file.write_bytes(capture.bundle)
+        await _git_ok(
+            [
+                "-c",
+                "fetch.fsckObjects=true",
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                str(bundle_file),
+                f"+HEAD:{_RESTORE_REF}",
+            ],
+            cwd=wt,
+            env=env,
+            error="source: bundle does not apply",
+        )
+    head = capture.head_commit
+    await _git_ok(
+        ["cat-file", "-e", f"{head}^{{commit}}"],
+        cwd=wt,
+        env=env,
+        error="source: head commit is missing",
+    )
+    if capture.patch:
+        scratch_env = {**env, "GIT_INDEX_FILE": str(scratch / "index")}
+        await _git_ok(
+            ["read-tree", head], cwd=wt, env=scratch_env, error="source: head commit is missing"
+        )
+        await _git_ok(
+            ["apply", "--check", "--cached", "--binary", str(patch_file)],
+            cwd=wt,
+            env=scratch_env,
+            error="source: patch does not apply",
+        )
+    if capture.branch:
+        checkout = ["checkout", "--quiet", "--force", "-B", capture.branch, head]
+    else:
+        checkout = ["checkout", "--quiet", "--force", "--detach", head]
+    await _git_ok(checkout, cwd=wt, env=env, error="source: checkout failed")
+    await _git(["update-ref", "-d", _RESTORE_REF], cwd=wt, env=env)
+    if capture.branch:
+        # Best effort: the restored branch tracks its remote counterpart when there is one.
+        await _git(
+            ["branch", "--quiet", f"--set-upstream-to=origin/{capture.branch}"],
+            cwd=wt,
+            env=env,
+        )
+    if capture.patch:
+        await _git_ok(
+            ["apply", "--index", "--binary", "--whitespace=nowarn", str(patch_file)],
+            cwd=wt,
+            env=env,
+            error="source: patch does not apply",
+        )
+
+
+def _remove_created(wt: pathlib.Path, state: str) -> None:
+    """Undo a failed restore into a folder that was missing or empty: everything is ours."""
+    if state == "missing":
+        shutil.rmtree(wt, ignore_errors=True)
+        return
+    for child in list(wt.iterdir()):
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
