@@ -10,6 +10,8 @@ import pytest
 pytest_plugins = [
     "tests.support.redis_server",
     "tests.support.store_server",
+    "tests.support.s3",
+    "tests.support.k8s_emulator",
 ]
 
 

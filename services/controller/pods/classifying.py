@@ -1,0 +1,265 @@
+"""Why a worker Pod failed, read from raw Pod JSON the way Kubernetes really reports it.
+
+Pure: no client library, no I/O. The runtime adapter hands in the Pod exactly as the API server
+sent it (``json.loads`` of the response), so a pass over 10,000 Pods never builds model objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import TypedDict
+
+WORKER_CONTAINER = "worker"
+"""The container that runs the agent; only its terminations say how the attempt ended."""
+
+RESTORER_CONTAINER = "restorer"
+"""The restorer sidecar: an init container with ``restartPolicy: Always``."""
+
+IMAGE_PULL_GRACE = timedelta(minutes=2)
+"""A registry hiccup often heals on the kubelet's next retry, so image pulls get this long."""
+
+
+class FailureReason(enum.StrEnum):
+    """The spec's failure reasons, spelled as they appear in fences and on the JSON surfaces."""
+
+    OOM_KILLED = "oom_killed"
+    EVICTED = "evicted"
+    NODE_LOST = "node_lost"
+    IMAGE_PULL = "image_pull"
+    APPLICATION_EXIT = "application_exit"
+
+
+class ContainerStateTerminated(TypedDict, total=False):
+    exitCode: int
+    reason: str
+    signal: int
+
+
+class ContainerStateWaiting(TypedDict, total=False):
+    reason: str
+
+
+class ContainerState(TypedDict, total=False):
+    waiting: ContainerStateWaiting
+    running: dict[str, object]
+    terminated: ContainerStateTerminated
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str
+    state: ContainerState
+    lastState: ContainerState
+
+
+class PodCondition(TypedDict, total=False):
+    type: str
+    status: str
+    reason: str
+
+
+class PodStatus(TypedDict, total=False):
+    phase: str
+    reason: str
+    startTime: str
+    conditions: list[PodCondition]
+    containerStatuses: list[ContainerStatus]
+    initContainerStatuses: list[ContainerStatus]
+
+
+class PodSpec(TypedDict, total=False):
+    nodeName: str
+
+
+class ObjectMeta(TypedDict, total=False):
+    name: str
+    namespace: str
+    uid: str
+    resourceVersion: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    creationTimestamp: str
+    deletionTimestamp: str
+
+
+class Pod(TypedDict, total=False):
+    metadata: ObjectMeta
+    spec: PodSpec
+    status: PodStatus
+
+
+class NodeCondition(TypedDict, total=False):
+    type: str
+    status: str
+
+
+class NodeStatus(TypedDict, total=False):
+    conditions: list[NodeCondition]
+
+
+class Node(TypedDict, total=False):
+    metadata: ObjectMeta
+    status: NodeStatus
+
+
+IMAGE_PULL_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "ImageInspectError",
+        "RegistryUnavailable",
+    }
+)
+# DisruptionTarget reasons that mean the Pod was pushed off a healthy node. They count only once
+# the Pod is terminal: a refused eviction (a PodDisruptionBudget said no) leaves the condition on a
+# Pod that keeps running.
+_EVICTION_DISRUPTIONS = frozenset(
+    {
+        "TerminationByKubelet",
+        "EvictionByEvictionAPI",
+        "PreemptionByScheduler",
+        "PreemptionByKubeScheduler",  # the spelling of Kubernetes 1.26
+    }
+)
+# DisruptionTarget reasons that mean the node went away under the Pod; the node cannot report, so
+# the Pod's own status stays stale and is never terminal in time.
+_NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
+
+
+def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> FailureReason | None:
+    """Name the failure of one worker attempt, or None while it is healthy (or succeeded).
+
+    Container evidence comes first (an OOM kill is the cause even if the node vanished later),
+    then what the cluster did to the Pod, then what the node says, then image pulls.
+
+    Args:
+        pod: The Pod as the API server returned it.
+        nodes: Nodes by name, to notice a Pod bound to a node that is gone or not Ready;
+            None skips that check.
+        now: The current time (timezone-aware), for the image pull grace.
+
+    Returns:
+        The failure reason, or None.
+    """
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return None
+    worker = _worker_status(status)
+    if _oom_killed(worker):
+        return FailureReason.OOM_KILLED
+    disruption = _disruption_reason(status)
+    if (phase == "Failed" and status.get("reason") == "Evicted") or (
+        disruption in _EVICTION_DISRUPTIONS and is_terminal(pod)
+    ):
+        return FailureReason.EVICTED
+    if status.get("reason") == "NodeLost" or phase == "Unknown" or disruption in _NODE_DISRUPTIONS:
+        return FailureReason.NODE_LOST
+    if phase == "Failed" or _exited_non_zero(worker):
+        return FailureReason.APPLICATION_EXIT
+    node_name = (pod.get("spec") or {}).get("nodeName")
+    if nodes is not None and node_name and not node_ready(nodes.get(node_name)):
+        return FailureReason.NODE_LOST
+    deadline = image_pull_deadline(pod)
+    if deadline is not None and now >= deadline:
+        return FailureReason.IMAGE_PULL
+    return None
+
+
+def image_pull_deadline(pod: Pod) -> datetime | None:
+    """When a Pod stuck pulling an image becomes an ``image_pull`` failure, if it is stuck.
+
+    Args:
+        pod: The Pod as the API server returned it.
+
+    Returns:
+        ``status.startTime`` (else ``metadata.creationTimestamp``) plus the grace, the minimum
+        datetime when neither is known, or None when no container waits on an image pull.
+    """
+    status = pod.get("status") or {}
+    if not any(
+        ((s.get("state") or {}).get("waiting") or {}).get("reason") in IMAGE_PULL_WAITING
+        for s in _statuses(status)
+    ):
+        return None
+    started = status.get("startTime") or (pod.get("metadata") or {}).get("creationTimestamp")
+    if not started:
+        # The API server always stamps creationTimestamp; without it the Pod's age cannot be
+        # proven short, and waiting forever on a Pod that never pulls is the worse mistake.
+        return datetime.min.replace(tzinfo=UTC)
+    return _timestamp(started) + IMAGE_PULL_GRACE
+
+
+def is_terminal(pod: Pod) -> bool:
+    """Whether no container of the Pod can run again.
+
+    Args:
+        pod: The Pod as the API server returned it.
+
+    Returns:
+        True for phase Succeeded or Failed, or for a Pod being deleted whose containers
+        (sidecars included) have all terminated.
+    """
+    status = pod.get("status") or {}
+    if status.get("phase") in ("Succeeded", "Failed"):
+        return True
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    containers = status.get("containerStatuses") or []
+    return bool(containers) and all(
+        "terminated" in (s.get("state") or {}) for s in _statuses(status)
+    )
+
+
+def _statuses(status: PodStatus) -> Iterable[ContainerStatus]:
+    yield from status.get("initContainerStatuses") or ()
+    yield from status.get("containerStatuses") or ()
+
+
+def _worker_status(status: PodStatus) -> ContainerStatus:
+    for container in status.get("containerStatuses") or ():
+        if container.get("name") == WORKER_CONTAINER:
+            return container
+    return {}
+
+
+def _oom_killed(worker: ContainerStatus) -> bool:
+    for state in (worker.get("state") or {}, worker.get("lastState") or {}):
+        if (state.get("terminated") or {}).get("reason") == "OOMKilled":
+            return True
+    return False
+
+
+def _exited_non_zero(worker: ContainerStatus) -> bool:
+    state = worker.get("state") or {}
+    terminated = state.get("terminated")
+    if terminated is None and "running" not in state:
+        # Under a restart policy, a crash-looping worker waits with its crash in lastState.
+        terminated = (worker.get("lastState") or {}).get("terminated")
+    return terminated is not None and terminated.get("exitCode", 0) != 0
+
+
+def _disruption_reason(status: PodStatus) -> str | None:
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "DisruptionTarget" and condition.get("status") == "True":
+            return condition.get("reason")
+    return None
+
+
+def _timestamp(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    # The API server writes RFC 3339 in UTC; a bare timestamp from a hand-made Pod means UTC too.
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def node_ready(node: Node | None) -> bool:
+    """Whether a node exists and its Ready condition is True (Unknown and False are not)."""
+    if node is None:
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or ():
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False

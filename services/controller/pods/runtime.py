@@ -1,0 +1,158 @@
+"""The port between recovery logic and wherever workers run (Kubernetes Pods, local processes).
+
+The recovery pass sees each worker attempt as an `Attempt`, launches replacements from a
+`LaunchSpec` and removes what a fenced attempt held. Implementations raise only the errors below,
+so the pass never handles a client library's exception types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from typing import Protocol
+
+from services.controller.pods import classifying
+
+LABEL_SWARM = "agentihooks.io/swarm"
+LABEL_SEAT = "agentihooks.io/seat"
+LABEL_EXECUTION = "agentihooks.io/execution"
+LABEL_GENERATION = "agentihooks.io/generation"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "agentihooks"
+ANNOTATION_IMAGE = "agentihooks.io/image"
+"""The worker image (compatibility key); image references do not fit label values."""
+
+CREDENTIAL_ENV = "AGENTIHOOKS_WORKER_CREDENTIAL"
+"""The one environment variable that carries the attempt's worker credential."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One worker attempt as the recovery pass sees it.
+
+    Attributes:
+        swarm: The swarm the attempt belongs to.
+        seat: The seat it runs on.
+        execution_id: Its execution id (one per attempt).
+        generation: Its execution generation.
+        failure: Why it failed, or None while it is healthy or after it succeeded.
+        alive: Whether its worker may still be running code (a Pod on a lost node counts as alive:
+            nobody can prove it stopped). Fencing works on credentials, so a fenced attempt that is
+            still alive can do no harm; `alive` only tells whether removing it is still useful.
+    """
+
+    swarm: str
+    seat: str
+    execution_id: str
+    generation: int
+    failure: classifying.FailureReason | None
+    alive: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchSpec:
+    """What the runtime needs to start one attempt.
+
+    Attributes:
+        swarm: The swarm.
+        seat: The seat.
+        execution_id: The new attempt's execution id; launches are idempotent by it.
+        generation: The new attempt's execution generation.
+        image: The worker image (the compatibility key); LocalRuntime only records it.
+        command: The command the worker runs, exactly (the caller composes the entry point).
+        worker_credential: The attempt's own credential. Secret: it reaches the worker only as
+            ``AGENTIHOOKS_WORKER_CREDENTIAL`` (from a Secret on Kubernetes), never a log or a file.
+        env: Further environment of the worker (and of the restorer sidecar); no secrets.
+    """
+
+    swarm: str
+    seat: str
+    execution_id: str
+    generation: int
+    image: str
+    command: tuple[str, ...]
+    worker_credential: str = dataclasses.field(repr=False)
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+class PodsError(Exception):
+    """A runtime could not do what was asked. Messages never hold credentials.
+
+    Attributes:
+        code: The HTTP status the cluster answered with, when there was one.
+    """
+
+    def __init__(self, message: str, *, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class PodsUnavailable(PodsError):
+    """Temporary: the cluster (or machine) could not be reached or was overloaded; retry later.
+
+    Attributes:
+        retry_after: Seconds the server asked to wait, when it said.
+    """
+
+    def __init__(
+        self, message: str, *, code: int | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, code=code)
+        self.retry_after = retry_after
+
+
+class PodsRefused(PodsError):
+    """Permanent: the request was refused (forbidden, invalid, a name held by another attempt)."""
+
+
+class PodRuntime(Protocol):
+    """Where worker attempts run. Every method is safe to repeat."""
+
+    async def list_attempts(self, swarm: str) -> list[Attempt]:
+        """Every attempt of the swarm that the runtime still holds, classified.
+
+        Removed attempts are not listed. An attempt whose worker vanished without `remove` (a Pod
+        deleted by the cluster) may be missing; the pass compares with its own records.
+        """
+        ...
+
+    def watch(self, swarm: str) -> AsyncIterator[None]:
+        """Yield whenever something the pass reads about the swarm's workers may have changed.
+
+        Wakes are coalesced: many changes while the consumer runs its pass give one wake. The
+        first wake comes as soon as the watch is established.
+        """
+        ...
+
+    async def launch(self, spec: LaunchSpec) -> None:
+        """Start the attempt; when its execution id was already launched, start nothing new."""
+        ...
+
+    async def remove(self, swarm: str, execution_id: str) -> None:
+        """Stop the attempt's worker and delete what it held; nothing there is fine."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop background work. Workers keep running: a restarted controller re-finds them."""
+        ...
+
+
+def attempt_labels(swarm: str, seat: str, execution_id: str, generation: int) -> dict[str, str]:
+    """The labels that mark a worker and let a runtime list a swarm's attempts.
+
+    Args:
+        swarm: The swarm.
+        seat: The seat.
+        execution_id: The execution id.
+        generation: The execution generation.
+
+    Returns:
+        Label key to value.
+    """
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_SWARM: swarm,
+        LABEL_SEAT: seat,
+        LABEL_EXECUTION: execution_id,
+        LABEL_GENERATION: str(generation),
+    }

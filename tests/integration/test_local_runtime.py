@@ -1,0 +1,214 @@
+"""LocalRuntime with real worker processes: "the same contract with worker processes on this
+machine" (DESIGN section 4), the embedded default for trying the system without a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pathlib
+import sys
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from services.controller.pods import classifying, local, runtime
+
+TOKEN = "wk-local-secret-token-0042"
+SLEEPER = ("-c", "import time; time.sleep(60)")
+
+
+def spec(
+    execution: str = "e-1", *code: str, seat: str = "eng-1", generation: int = 1
+) -> runtime.LaunchSpec:
+    return runtime.LaunchSpec(
+        swarm="example",
+        seat=seat,
+        execution_id=execution,
+        generation=generation,
+        image="registry.local/agent-worker:1.4.2",
+        command=(sys.executable, *(code or SLEEPER)),
+        worker_credential=TOKEN,
+        env={"AGENTIHOOKS_SEAT": seat},
+    )
+
+
+def running(pid: int) -> bool:
+    """Whether a process runs (a zombie waiting for init to reap it does not)."""
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+@pytest.fixture
+async def workers(tmp_path: pathlib.Path) -> AsyncIterator[local.LocalRuntime]:
+    rt = local.LocalRuntime(tmp_path, stop_grace=2.0)
+    yield rt
+    for attempt in await rt.list_attempts("example"):
+        await rt.remove("example", attempt.execution_id)
+    await rt.aclose()
+
+
+async def settled(rt: local.LocalRuntime, execution: str, timeout: float = 5.0):
+    """The attempt once its worker stopped running."""
+    deadline = time.monotonic() + timeout
+    while True:
+        [attempt] = [a for a in await rt.list_attempts("example") if a.execution_id == execution]
+        if not attempt.alive or time.monotonic() > deadline:
+            return attempt
+        await asyncio.sleep(0.05)
+
+
+async def test_a_non_zero_exit_is_application_exit(workers) -> None:
+    """application_exit "from any other non-zero exit": a worker exiting 3 failed that way."""
+    await workers.launch(spec("e-1", "-c", "import sys; sys.exit(3)"))
+    attempt = await settled(workers, "e-1")
+    assert attempt == runtime.Attempt(
+        "example", "eng-1", "e-1", 1, classifying.FailureReason.APPLICATION_EXIT, alive=False
+    )
+
+
+async def test_a_killed_worker_is_application_exit(workers) -> None:
+    """A worker killed by SIGKILL (the OOM killer's signal: not knowable here) is
+    application_exit."""
+    await workers.launch(spec("e-1", "-c", "import os, signal; os.kill(os.getpid(), 9)"))
+    attempt = await settled(workers, "e-1")
+    assert attempt.failure is classifying.FailureReason.APPLICATION_EXIT
+
+
+async def test_an_exit_zero_is_no_failure(workers) -> None:
+    """A worker that finished with exit 0 is not a failure."""
+    await workers.launch(spec("e-1", "-c", "pass"))
+    attempt = await settled(workers, "e-1")
+    assert (attempt.failure, attempt.alive) == (None, False)
+
+
+async def test_the_worker_gets_its_credential_in_its_environment_only(
+    workers, tmp_path: pathlib.Path
+) -> None:
+    """The credential reaches the worker as AGENTIHOOKS_WORKER_CREDENTIAL, in its attempt folder,
+    and is written to no file of the runtime's; the controller's own secrets are not inherited."""
+    os.environ["AGENTIHOOKS_OPERATOR_TOKEN"] = "operator-secret"
+    try:
+        script = (
+            "import json, os; json.dump({'env': dict(os.environ), 'cwd': os.getcwd()},"
+            " open('seen.json', 'w'))"
+        )
+        await workers.launch(spec("e-1", "-c", script))
+        await settled(workers, "e-1")
+    finally:
+        del os.environ["AGENTIHOOKS_OPERATOR_TOKEN"]
+    folder = tmp_path / "example" / "e-1"
+    seen = json.loads((folder / "seen.json").read_text())
+    assert seen["env"][runtime.CREDENTIAL_ENV] == TOKEN
+    assert seen["env"]["AGENTIHOOKS_SEAT"] == "eng-1"
+    assert "AGENTIHOOKS_OPERATOR_TOKEN" not in seen["env"]
+    assert pathlib.Path(seen["cwd"]) == folder
+    for path in folder.iterdir():
+        if path.name != "seen.json":
+            assert TOKEN not in path.read_text(errors="replace")
+
+
+async def test_launch_is_idempotent_by_execution_id(workers, tmp_path: pathlib.Path) -> None:
+    """Launching the same execution twice starts one worker."""
+    await workers.launch(spec("e-1"))
+    await asyncio.gather(workers.launch(spec("e-1")), workers.launch(spec("e-1")))
+    [attempt] = await workers.list_attempts("example")
+    assert attempt.alive
+    state = json.loads((tmp_path / "example" / "e-1" / "attempt.json").read_text())
+    assert state["pid"] is not None
+
+
+async def test_remove_kills_a_running_worker_and_is_idempotent(
+    workers, tmp_path: pathlib.Path
+) -> None:
+    """Remove stops what the fenced attempt held (its process); a second remove is fine."""
+    await workers.launch(spec("e-1"))
+    await workers.launch(spec("e-2", seat="eng-2"))
+    pid = json.loads((tmp_path / "example" / "e-1" / "attempt.json").read_text())["pid"]
+    await workers.remove("example", "e-1")
+    await workers.remove("example", "e-1")
+    await workers.remove("example", "never-launched")
+    assert not running(pid)
+    assert [a.execution_id for a in await workers.list_attempts("example")] == ["e-2"]
+    await workers.launch(spec("e-1"))  # removed stays removed: nothing new
+    assert [a.execution_id for a in await workers.list_attempts("example")] == ["e-2"]
+
+
+async def test_remove_kills_a_worker_that_ignores_sigterm(tmp_path: pathlib.Path) -> None:
+    """A worker that ignores SIGTERM (and so outlives its wrapper) is killed once the stop grace
+    runs out: remove stops the whole process group."""
+    rt = local.LocalRuntime(tmp_path, stop_grace=0.3)
+    try:
+        stubborn = (
+            "import os, signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN);"
+            " open('ready.tmp', 'w').write(str(os.getpid())); os.rename('ready.tmp', 'ready');"
+            " time.sleep(60)"
+        )
+        await rt.launch(spec("e-1", "-c", stubborn))
+        ready = tmp_path / "example" / "e-1" / "ready"
+        for _ in range(250):
+            if ready.exists():
+                break
+            await asyncio.sleep(0.02)
+        worker = int(ready.read_text())
+        await rt.remove("example", "e-1")
+        assert not running(worker)
+        assert await rt.list_attempts("example") == []
+    finally:
+        await rt.aclose()
+
+
+async def test_watch_wakes_when_a_worker_exits(workers) -> None:
+    """The watch wakes the pass when a worker exits, so its failure is acted on promptly."""
+    async with contextlib.aclosing(workers.watch("example")) as watch:
+        await asyncio.wait_for(anext(watch), 1.0)
+        await workers.launch(spec("e-1", "-c", "import time, sys; time.sleep(0.2); sys.exit(5)"))
+        begin = time.monotonic()
+        await asyncio.wait_for(anext(watch), 3.0)
+        assert time.monotonic() - begin < 1.5
+    [attempt] = await workers.list_attempts("example")
+    assert attempt.failure is classifying.FailureReason.APPLICATION_EXIT
+
+
+async def test_a_new_runtime_on_the_same_workdir_refinds_attempts(tmp_path: pathlib.Path) -> None:
+    """A restarted controller re-finds its attempts from the state files: running ones alive (and
+    removable), exited ones with their exit code, via the wrapper's record."""
+    first = local.LocalRuntime(tmp_path)
+    await first.launch(spec("e-1", generation=2))
+    await first.launch(spec("e-2", "-c", "import sys; sys.exit(4)", seat="eng-2"))
+    await first.launch(spec("e-3", "-c", "import time; time.sleep(0.5)", seat="eng-3"))
+    await first.aclose()
+    second = local.LocalRuntime(tmp_path, stop_grace=2.0)
+    try:
+        await settled(second, "e-2")
+        attempts = {a.execution_id: a for a in await second.list_attempts("example")}
+        assert attempts["e-1"] == runtime.Attempt("example", "eng-1", "e-1", 2, None, alive=True)
+        assert attempts["e-2"].failure is classifying.FailureReason.APPLICATION_EXIT
+        async with contextlib.aclosing(second.watch("example")) as watch:
+            await asyncio.wait_for(anext(watch), 1.0)
+            await asyncio.wait_for(anext(watch), 3.0)  # e-3, not our child, exits
+        assert (await settled(second, "e-3")).failure is None
+        await second.remove("example", "e-1")
+        assert {a.execution_id for a in await second.list_attempts("example")} == {"e-2", "e-3"}
+    finally:
+        await second.aclose()
+
+
+async def test_unsafe_names_are_refused(workers) -> None:
+    """Swarm and execution ids become folder names: anything that could escape is refused."""
+    bad = runtime.LaunchSpec("example", "eng-1", "../escape", 1, "img", ("true",), TOKEN)
+    with pytest.raises(runtime.PodsRefused):
+        await workers.launch(bad)
+    with pytest.raises(runtime.PodsRefused):
+        await workers.launch(
+            runtime.LaunchSpec(
+                "example", "eng-1", "e-9", 1, "img", ("true",), TOKEN,
+                {runtime.CREDENTIAL_ENV: "inline"},
+            )
+        )  # fmt: skip

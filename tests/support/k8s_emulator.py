@@ -1,0 +1,982 @@
+"""A small Kubernetes API server for tests, driven through the real kubernetes-asyncio client.
+
+It serves the core/v1 REST paths the controller uses, for Pods, Secrets and Nodes:
+
+- ``GET`` collection: list (``labelSelector`` with ``=``, ``==``, ``!=``, ``in``, ``notin``,
+  exists and ``!key``; ``fieldSelector`` on ``metadata.name``, ``metadata.namespace``,
+  ``spec.nodeName``, ``status.phase`` and other dotted paths; ``limit``/``continue``; the list's
+  ``metadata.resourceVersion``), or ``?watch=true`` (JSON lines of ADDED / MODIFIED / DELETED,
+  BOOKMARK with ``allowWatchBookmarks``, replay from ``resourceVersion``, an ERROR event with a
+  410 ``Expired`` Status for a compacted version, ``timeoutSeconds``; a label change moves an
+  object in or out of a filtered watch as ADDED / DELETED, like the watch cache).
+- ``POST`` collection (201; 409 ``AlreadyExists``; 422 ``Invalid`` for bad names, labels,
+  containers or a non-``Always`` init container restartPolicy; ``generateName``), ``GET``,
+  ``PUT`` (409 ``Conflict`` on a stale ``resourceVersion``), ``PATCH`` (merge, strategic merge with
+  the usual merge keys, JSON patch) and ``DELETE`` (``gracePeriodSeconds``, preconditions,
+  finalizers keep an object Terminating, owner references are garbage-collected) of one object;
+  ``/status`` (GET/PUT/PATCH, the only way to change a Pod's status, as on a real server) and Pod
+  ``/binding``. Status changes through the main resource are ignored, Pod spec changes other than
+  images are refused, Secret ``stringData`` is folded into base64 ``data``.
+- Errors are ``Status`` objects with the real reasons and messages (404 ``NotFound``...).
+
+The Python side lets a test play kubelet, scheduler and node: `K8sEmulator.set_pod_status`,
+`bind_pod`, `add_node`, `set_node_ready`, `remove_node`, `finish_deletion` (with
+``hold_deletions``), `compact`, `drop_watches`, `fail_next`, `bulk_create_pods`, and it counts
+calls in `K8sEmulator.calls` (keys such as ``"list pods"``, ``"watch pods"``, ``"patch
+pods/status"``). Fixture: ``k8s_emulator`` (add ``"tests.support.k8s_emulator"`` to
+``pytest_plugins``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import collections
+import contextlib
+import copy
+import dataclasses
+import datetime
+import json
+import re
+import secrets
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import pytest_asyncio
+from aiohttp import web
+from kubernetes_asyncio import client
+
+_KINDS = {"pods": ("Pod", True), "secrets": ("Secret", True), "nodes": ("Node", False)}
+_REASONS = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$")
+_SET_REQUIREMENT = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s+\(([^)]*)\)\s*$")
+_MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "ephemeralContainers": "name",
+    "containerStatuses": "name",
+    "initContainerStatuses": "name",
+    "ephemeralContainerStatuses": "name",
+    "conditions": "type",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "ownerReferences": "uid",
+    "imagePullSecrets": "name",
+    "addresses": "type",
+    "taints": "key",
+}
+
+
+class ApiError(Exception):
+    """A request the emulator answers with a Status object."""
+
+    def __init__(self, code: int, message: str, reason: str | None = None, **details: Any):
+        super().__init__(message)
+        self.code, self.message, self.reason, self.details = code, message, reason, details
+
+
+@dataclasses.dataclass
+class _Entry:
+    obj: dict[str, Any]
+    raw: bytes
+
+
+@dataclasses.dataclass
+class _Event:
+    rv: int
+    resource: str
+    type: str
+    old: dict[str, Any] | None
+    new: dict[str, Any]
+    raw: bytes
+
+
+@dataclasses.dataclass(eq=False)
+class _Watcher:
+    resource: str
+    namespace: str | None
+    labels: list[tuple[str, str, frozenset[str]]]
+    fields: list[tuple[str, str, str]]
+    queue: asyncio.Queue[bytes | None]
+    transport: asyncio.BaseTransport | None
+
+
+class K8sEmulator:
+    """The emulated API server. Start it with `start` (or `serving`), stop it with `stop`."""
+
+    def __init__(self, *, gone_as_status: bool = False, history: int = 200_000) -> None:
+        """Prepare an empty cluster.
+
+        Args:
+            gone_as_status: Answer a watch from a compacted resourceVersion with HTTP 410 (the
+                etcd path) instead of a 200 stream holding one ERROR event (the watch cache).
+            history: Events kept for watches that resume from a resourceVersion.
+        """
+        self.gone_as_status = gone_as_status
+        self.hold_deletions = False
+        """Keep gracefully deleted Pods bound to a node Terminating until `finish_deletion`."""
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.url = ""
+        self.api_client: Any = None
+        self._store: dict[str, dict[tuple[str, str], _Entry]] = {r: {} for r in _KINDS}
+        self._rv = 0
+        self._history: collections.deque[_Event] = collections.deque(maxlen=history)
+        self._compacted = 0
+        self._watchers: set[_Watcher] = set()
+        self._faults: dict[str, collections.deque[tuple[int, float | None]]] = (
+            collections.defaultdict(collections.deque)
+        )
+        self._clients: list[Any] = []
+        self._runner: web.AppRunner | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Serve on a free port of 127.0.0.1 and make `api_client` (host = `url`, no auth)."""
+        app = web.Application(client_max_size=64 * 2**20)
+        for prefix in ("/api/v1/namespaces/{namespace}", "/api/v1"):
+            app.router.add_route("*", prefix + "/{resource}", self._collection)
+            app.router.add_route("*", prefix + "/{resource}/{name}", self._item)
+            app.router.add_route("*", prefix + "/{resource}/{name}/{sub}", self._item)
+        app.router.add_get("/version", self._version)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        await web.SockSite(self._runner, sock).start()
+        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        self.api_client = self.client()
+
+    async def stop(self) -> None:
+        """End every watch, close the clients made here and stop serving."""
+        self.drop_watches()
+        for api_client in self._clients:
+            await api_client.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def client(self) -> Any:
+        """A new kubernetes-asyncio ApiClient for this emulator, closed by `stop`."""
+        api_client = client.ApiClient(client.Configuration(host=self.url))
+        self._clients.append(api_client)
+        return api_client
+
+    # -- the Python side ------------------------------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        """The newest resourceVersion (one counter for every kind, as etcd has)."""
+        return self._rv
+
+    @property
+    def open_watches(self) -> int:
+        """How many watch streams are open now."""
+        return len(self._watchers)
+
+    def create(self, resource: str, obj: Mapping[str, Any], namespace: str | None = None) -> Any:
+        """Store an object as given (status included), as if a controller had made it."""
+        body = copy.deepcopy(dict(obj))
+        meta = body.setdefault("metadata", {})
+        if namespace is not None:
+            meta["namespace"] = namespace
+        if (meta.get("namespace"), meta["name"]) in self._store[resource]:
+            raise ApiError(409, f'{resource} "{meta["name"]}" already exists', "AlreadyExists")
+        return self._put(resource, None, self._stamp(resource, body))
+
+    def get(self, resource: str, name: str, namespace: str | None = None) -> Any:
+        """A copy of one object, or None."""
+        entry = self._store[resource].get((namespace or "", name))
+        return json.loads(entry.raw) if entry else None
+
+    def objects(self, resource: str, namespace: str | None = None) -> list[Any]:
+        """Copies of every object of a kind (in one namespace when given)."""
+        return [
+            json.loads(e.raw)
+            for (ns, _), e in sorted(self._store[resource].items())
+            if namespace is None or ns == namespace
+        ]
+
+    def set_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Any:
+        """Replace a Pod's status, as the kubelet does; watchers see MODIFIED."""
+        entry = self._entry("pods", namespace, name)
+        return self._put("pods", entry, {**entry.obj, "status": copy.deepcopy(dict(status))})
+
+    def bind_pod(self, namespace: str, name: str, node: str) -> Any:
+        """Set a Pod's ``spec.nodeName``, as the scheduler's binding does."""
+        entry = self._entry("pods", namespace, name)
+        body = copy.deepcopy(entry.obj)
+        body["spec"]["nodeName"] = node
+        return self._put("pods", entry, body)
+
+    def add_node(
+        self, name: str, *, ready: bool | None = True, labels: Mapping[str, str] | None = None
+    ) -> Any:
+        """Register a node whose Ready condition is True, False or (None) Unknown."""
+        node = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+            },
+            "spec": {},
+            "status": {"conditions": [_ready_condition(ready)]},
+        }
+        return self.create("nodes", node)
+
+    def set_node_ready(self, name: str, ready: bool | None) -> Any:
+        """Set a node's Ready condition (None: Unknown, as when the kubelet stops posting)."""
+        entry = self._entry("nodes", None, name)
+        body = copy.deepcopy(entry.obj)
+        others = [c for c in body["status"].get("conditions", []) if c.get("type") != "Ready"]
+        body["status"]["conditions"] = [*others, _ready_condition(ready)]
+        return self._put("nodes", entry, body)
+
+    def remove_node(self, name: str) -> None:
+        """Delete a node at once (Pods bound to it stay, as on a real cluster)."""
+        self._remove("nodes", self._entry("nodes", None, name))
+
+    def delete(self, resource: str, name: str, namespace: str | None = None) -> None:
+        """Remove an object at once, finalizers or not."""
+        self._remove(resource, self._entry(resource, namespace, name))
+
+    def finish_deletion(self, namespace: str, name: str) -> None:
+        """Complete a held Pod deletion, as the kubelet does once the containers stopped."""
+        entry = self._entry("pods", namespace, name)
+        if not entry.obj["metadata"].get("finalizers"):
+            self._remove("pods", entry)
+
+    def compact(self) -> None:
+        """Forget all history: a watch from any older resourceVersion now gets 410 Gone."""
+        self._history.clear()
+        self._compacted = self._rv
+
+    def drop_watches(self, *, abrupt: bool = False) -> None:
+        """End every open watch: cleanly (as at ``timeoutSeconds``) or by closing the socket."""
+        for watcher in list(self._watchers):
+            if abrupt and watcher.transport is not None:
+                watcher.transport.close()
+            watcher.queue.put_nowait(None)
+
+    def fail_next(
+        self, call: str, code: int, *, times: int = 1, retry_after: float | None = None
+    ) -> None:
+        """Answer the next ``times`` calls named ``call`` (a `calls` key) with a Status ``code``."""
+        self._faults[call].extend([(code, retry_after)] * times)
+
+    def bulk_create_pods(self, namespace: str, pods: Iterable[Mapping[str, Any]]) -> int:
+        """Store many Pods quickly (no HTTP, status kept as given); returns how many."""
+        count = 0
+        for pod in pods:
+            body = copy.deepcopy(dict(pod))
+            body.setdefault("metadata", {})["namespace"] = namespace
+            self._put("pods", None, self._stamp("pods", body))
+            count += 1
+        return count
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-emulated"})
+
+    async def _collection(self, request: web.Request) -> web.StreamResponse:
+        watch = request.query.get("watch", "").lower() in ("true", "1")
+        verb = {"GET": "watch" if watch else "list", "POST": "create"}.get(request.method)
+        try:
+            resource, namespace = self._route(request, item=False)
+            if verb is None:
+                raise ApiError(405, f"the server does not allow this method on {resource}")
+            self._count(f"{verb} {resource}")
+            if verb == "watch":
+                return await self._watch(request, resource, namespace)
+            if verb == "list":
+                return self._list(request, resource, namespace)
+            return self._json(201, self._create(resource, namespace, await _body(request)))
+        except ApiError as exc:
+            return _status(exc)
+
+    async def _item(self, request: web.Request) -> web.StreamResponse:
+        name, sub = request.match_info["name"], request.match_info.get("sub")
+        verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+            request.method, "create" if request.method == "POST" and sub == "binding" else None
+        )
+        try:
+            resource, namespace = self._route(request, item=True)
+            path = f"{resource}/{sub}" if sub else resource
+            if verb is None or sub not in (None, "status", "binding"):
+                raise ApiError(405, f"the server does not allow this method on {path}")
+            if (sub == "binding") != (verb == "create") or (sub and resource == "secrets"):
+                raise ApiError(404, "the server could not find the requested resource")
+            self._count(f"{verb} {path}")
+            entry = self._entry(resource, namespace, name)
+            if verb == "get":
+                return web.Response(body=entry.raw, content_type="application/json")
+            if verb == "delete":
+                return self._delete(request, resource, entry, await request.read())
+            body = await _body(request)
+            if verb == "create":
+                return self._json(201, self._bind(entry, body))
+            if verb == "patch":
+                body = _patch(entry.obj, body, request.content_type)
+            return self._json(200, self._update(resource, entry, body, status_only=bool(sub)))
+        except ApiError as exc:
+            return _status(exc)
+
+    def _route(self, request: web.Request, *, item: bool) -> tuple[str, str | None]:
+        resource = request.match_info["resource"]
+        namespace = request.match_info.get("namespace")
+        kind = _KINDS.get(resource)
+        listing_all = not item and request.method == "GET" and resource != "nodes"
+        if kind is None or (kind[1] != (namespace is not None) and not listing_all):
+            raise ApiError(404, "the server could not find the requested resource")
+        return resource, namespace
+
+    def _count(self, call: str) -> None:
+        self.calls[call] += 1
+        if self._faults.get(call):
+            code, retry_after = self._faults[call].popleft()
+            raise ApiError(code, f"injected failure of {call}", retry_after=retry_after)
+
+    def _json(self, code: int, obj: Any) -> web.Response:
+        return web.Response(status=code, body=json.dumps(obj), content_type="application/json")
+
+    def _list(self, request: web.Request, resource: str, namespace: str | None) -> web.Response:
+        labels = _parse_labels(request.query.get("labelSelector", ""))
+        fields = _parse_fields(request.query.get("fieldSelector", ""))
+        keys = sorted(k for k in self._store[resource] if namespace is None or k[0] == namespace)
+        start = request.query.get("continue")
+        if start:
+            try:
+                after = tuple(json.loads(base64.urlsafe_b64decode(start)))
+            except (ValueError, binascii.Error) as exc:
+                raise ApiError(400, "continue key is not valid") from exc
+            keys = [k for k in keys if k > after]
+        limit = int(request.query.get("limit") or 0)
+        raws: list[bytes] = []
+        more, last = "", ("", "")
+        for key in keys:
+            entry = self._store[resource][key]
+            if _matches(entry.obj, labels, fields):
+                if limit and len(raws) == limit:
+                    token = base64.urlsafe_b64encode(json.dumps(list(last)).encode()).decode()
+                    more = f',"continue":"{token}"'
+                    break
+                raws.append(entry.raw)
+                last = key
+        kind = _KINDS[resource][0]
+        head = f'{{"kind":"{kind}List","apiVersion":"v1","metadata":{{"resourceVersion":'
+        body = b"".join((f'{head}"{self._rv}"{more}}},"items":['.encode(), b",".join(raws), b"]}"))
+        return web.Response(body=body, content_type="application/json")
+
+    async def _watch(
+        self, request: web.Request, resource: str, namespace: str | None
+    ) -> web.StreamResponse:
+        labels = _parse_labels(request.query.get("labelSelector", ""))
+        fields = _parse_fields(request.query.get("fieldSelector", ""))
+        since = request.query.get("resourceVersion") or "0"
+        bookmarks = request.query.get("allowWatchBookmarks", "").lower() in ("true", "1")
+        timeout = float(request.query.get("timeoutSeconds") or 1800)
+        if not since.isdigit():
+            raise ApiError(400, f"invalid resource version {since!r}")
+        gone = since != "0" and int(since) < self._compacted
+        if gone and self.gone_as_status:
+            raise ApiError(410, f"too old resource version: {since} ({self._compacted})")
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.enable_chunked_encoding()
+        await response.prepare(request)
+        if gone:
+            status = _status_body(
+                ApiError(410, f"too old resource version: {since} ({self._compacted})")
+            )
+            await response.write(json.dumps({"type": "ERROR", "object": status}).encode() + b"\n")
+            return response
+        watcher = _Watcher(resource, namespace, labels, fields, asyncio.Queue(), request.transport)
+        # Built and registered with no await between, so no event falls in a gap.
+        if since == "0":
+            backlog = [
+                _line("ADDED", e.raw)
+                for e in self._store[resource].values()
+                if _visible(watcher, e.obj)
+            ]
+        else:
+            backlog = [
+                line
+                for e in self._history
+                if e.rv > int(since)
+                and e.resource == resource
+                and (line := _event_line(watcher, e)) is not None
+            ]
+        self._watchers.add(watcher)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        try:
+            for line in backlog:
+                await response.write(line)
+            while (remaining := deadline - loop.time()) > 0:
+                try:
+                    line = await asyncio.wait_for(watcher.queue.get(), min(remaining, 0.5))
+                except TimeoutError:
+                    if request.transport is None or request.transport.is_closing():
+                        return response
+                    continue
+                if line is None:
+                    return response
+                await response.write(line)
+            if bookmarks:
+                mark = {"kind": _KINDS[resource][0], "apiVersion": "v1"}
+                mark["metadata"] = {"resourceVersion": str(self._rv)}  # type: ignore[assignment]
+                await response.write(_line("BOOKMARK", json.dumps(mark).encode()))
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away
+        finally:
+            self._watchers.discard(watcher)
+        return response
+
+    def _create(self, resource: str, namespace: str | None, body: Any) -> Any:
+        kind = _KINDS[resource][0]
+        if not isinstance(body, dict) or body.get("kind", kind) != kind:
+            raise ApiError(400, f"the body of the request is not a {kind}")
+        meta = body.setdefault("metadata", {})
+        if meta.get("namespace", namespace) != namespace:
+            raise ApiError(400, "the namespace of the provided object does not match the request's")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+        if namespace is not None:
+            meta["namespace"] = namespace
+        name = str(meta.get("name") or "")
+        _validate(kind, resource, body)
+        if (namespace or "", name) in self._store[resource]:
+            raise ApiError(
+                409,
+                f'{resource} "{name}" already exists',
+                "AlreadyExists",
+                name=name,
+                kind=resource,
+            )
+        if resource == "pods":
+            body["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        for field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp"):
+            meta.pop(field, None)
+        return self._put(resource, None, self._stamp(resource, body))
+
+    def _update(self, resource: str, entry: _Entry, body: Any, *, status_only: bool) -> Any:
+        old = entry.obj
+        if not isinstance(body, dict):
+            raise ApiError(400, "the body of the request is not an object")
+        meta = body.get("metadata") or {}
+        if meta.get("name", old["metadata"]["name"]) != old["metadata"]["name"]:
+            raise ApiError(400, "the name of the object does not match the name on the URL")
+        version = meta.get("resourceVersion")
+        if version and version != old["metadata"]["resourceVersion"]:
+            raise ApiError(
+                409,
+                f'Operation cannot be fulfilled on {resource} "{old["metadata"]["name"]}": the '
+                "object has been modified; please apply your changes to the latest version and "
+                "try again",
+            )
+        if status_only:
+            new = {**copy.deepcopy(old), "status": copy.deepcopy(body.get("status") or {})}
+        else:
+            new = copy.deepcopy(body)
+            new["metadata"] = {**copy.deepcopy(meta)}
+            for field in ("uid", "creationTimestamp", "deletionTimestamp", "namespace", "name"):
+                if field in old["metadata"]:
+                    new["metadata"][field] = old["metadata"][field]
+            if resource != "secrets":
+                new["status"] = copy.deepcopy(old.get("status") or {})
+            if resource == "pods" and _without_images(new.get("spec")) != _without_images(
+                old.get("spec")
+            ):
+                raise ApiError(
+                    422,
+                    f'Pod "{old["metadata"]["name"]}" is invalid: spec: Forbidden: pod updates '
+                    "may not change fields other than the container images",
+                )
+            _validate(_KINDS[resource][0], resource, new)
+        new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if new == old:
+            return old
+        stored = self._put(resource, entry, new)
+        meta = stored["metadata"]
+        finished = meta.get("deletionTimestamp") and not meta.get("finalizers")
+        if finished and not (resource == "pods" and self.hold_deletions):
+            self._remove(resource, self._store[resource][_key(stored)])
+        return stored
+
+    def _bind(self, entry: _Entry, body: Any) -> Any:
+        target = (body.get("target") or {}) if isinstance(body, dict) else {}
+        if not target.get("name"):
+            raise ApiError(422, "Binding is invalid: target.name: Required value")
+        if entry.obj.get("spec", {}).get("nodeName"):
+            raise ApiError(
+                409, f"pod {entry.obj['metadata']['name']} is already assigned to a node"
+            )
+        self.bind_pod(
+            entry.obj["metadata"].get("namespace"), entry.obj["metadata"]["name"], target["name"]
+        )
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+
+    def _delete(
+        self, request: web.Request, resource: str, entry: _Entry, raw: bytes
+    ) -> web.Response:
+        options = json.loads(raw) if raw.strip() else {}
+        grace_text = request.query.get("gracePeriodSeconds")
+        grace = int(grace_text) if grace_text else options.get("gracePeriodSeconds")
+        meta = entry.obj["metadata"]
+        wanted = options.get("preconditions") or {}
+        for field in ("uid", "resourceVersion"):
+            if wanted.get(field) and wanted[field] != meta.get(field):
+                raise ApiError(
+                    409,
+                    f"Precondition failed: {field} in precondition: {wanted[field]}, "
+                    f"{field} in object meta: {meta.get(field)}",
+                )
+        if grace is None:
+            grace = entry.obj.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+        held = (
+            resource == "pods"
+            and self.hold_deletions
+            and grace != 0
+            and bool(entry.obj.get("spec", {}).get("nodeName"))
+        )
+        if meta.get("finalizers") or held:
+            if not meta.get("deletionTimestamp"):
+                body = copy.deepcopy(entry.obj)
+                body["metadata"]["deletionTimestamp"] = _now()
+                body["metadata"]["deletionGracePeriodSeconds"] = grace if resource == "pods" else 0
+                self._put(resource, entry, body)
+            return web.Response(
+                body=self._store[resource][_key(entry.obj)].raw, content_type="application/json"
+            )
+        final = self._remove(resource, entry, orphan=options.get("propagationPolicy") == "Orphan")
+        if resource == "pods":
+            return self._json(200, final)
+        return self._json(
+            200,
+            {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": meta["name"], "kind": resource, "uid": meta.get("uid")},
+            },
+        )
+
+    # -- the store ------------------------------------------------------------------------------
+
+    def _entry(self, resource: str, namespace: str | None, name: str) -> _Entry:
+        entry = self._store[resource].get((namespace or "", name))
+        if entry is None:
+            raise ApiError(
+                404, f'{resource} "{name}" not found', "NotFound", name=name, kind=resource
+            )
+        return entry
+
+    def _stamp(self, resource: str, body: dict[str, Any]) -> dict[str, Any]:
+        meta = body["metadata"]
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", _now())
+        body.setdefault("kind", _KINDS[resource][0])
+        body.setdefault("apiVersion", "v1")
+        if resource == "secrets":
+            data = body.setdefault("data", {})
+            for key, value in (body.pop("stringData", None) or {}).items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+            body.setdefault("type", "Opaque")
+        return body
+
+    def _put(self, resource: str, old: _Entry | None, body: dict[str, Any]) -> Any:
+        """Store a new version of an object and tell the watchers."""
+        if resource == "secrets" and "stringData" in body:
+            body = self._stamp(resource, body)
+        self._rv += 1
+        body["metadata"]["resourceVersion"] = str(self._rv)
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        self._store[resource][_key(body)] = _Entry(body, raw)
+        self._record(
+            _Event(
+                self._rv,
+                resource,
+                "MODIFIED" if old else "ADDED",
+                old.obj if old else None,
+                body,
+                raw,
+            )
+        )
+        return json.loads(raw)
+
+    def _remove(self, resource: str, entry: _Entry, *, orphan: bool = False) -> Any:
+        del self._store[resource][_key(entry.obj)]
+        final = copy.deepcopy(entry.obj)
+        final["metadata"].setdefault("deletionTimestamp", _now())
+        self._rv += 1
+        final["metadata"]["resourceVersion"] = str(self._rv)
+        raw = json.dumps(final, separators=(",", ":")).encode()
+        self._record(_Event(self._rv, resource, "DELETED", entry.obj, final, raw))
+        if not orphan:  # the garbage collector, in the foreground of this call for simplicity
+            uid = entry.obj["metadata"].get("uid")
+            for kind, objects in self._store.items():
+                for dependent in list(objects.values()):
+                    owners = dependent.obj["metadata"].get("ownerReferences") or ()
+                    if any(o.get("uid") == uid for o in owners):
+                        self._remove(kind, dependent)
+        return final
+
+    def _record(self, event: _Event) -> None:
+        if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
+            self._compacted = self._history[0].rv
+        self._history.append(event)
+        for watcher in self._watchers:
+            if watcher.resource == event.resource:
+                line = _event_line(watcher, event)
+                if line is not None:
+                    watcher.queue.put_nowait(line)
+
+
+# -- selectors, patches, validation -------------------------------------------------------------
+
+
+def _parse_labels(text: str) -> list[tuple[str, str, frozenset[str]]]:
+    """Requirements as (key, operator, values); operators: in, notin, exists, !exists."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    requirements = []
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        if found := _SET_REQUIREMENT.match(part):
+            values = frozenset(v.strip() for v in found.group(3).split(",") if v.strip())
+            requirements.append((found.group(1), found.group(2), values))
+        elif "!=" in part:
+            key, value = (s.strip() for s in part.split("!=", 1))
+            requirements.append((key, "notin", frozenset({value})))
+        elif "=" in part:
+            key, value = (s.strip() for s in re.split("==?", part, maxsplit=1))
+            requirements.append((key, "in", frozenset({value})))
+        elif part.startswith("!"):
+            requirements.append((part[1:].strip(), "!exists", frozenset()))
+        else:
+            requirements.append((part, "exists", frozenset()))
+    for key, _, values in requirements:
+        name = key.rpartition("/")[2]
+        if not _LABEL_NAME.match(name) or any(not _LABEL_VALUE.match(v) for v in values):
+            raise ApiError(400, f"unable to parse requirement: invalid label selector {text!r}")
+    return requirements
+
+
+def _parse_fields(text: str) -> list[tuple[str, str, str]]:
+    requirements = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        found = re.match(r"^([A-Za-z.]+)\s*(!=|==|=)\s*(.*)$", part)
+        if not found:
+            raise ApiError(400, f"invalid field selector {text!r}")
+        requirements.append((found.group(1), found.group(2), found.group(3)))
+    return requirements
+
+
+def _matches(
+    obj: Mapping[str, Any],
+    labels: list[tuple[str, str, frozenset[str]]],
+    fields: list[tuple[str, str, str]],
+) -> bool:
+    have = obj.get("metadata", {}).get("labels") or {}
+    for key, operator, values in labels:
+        if operator == "exists" and key not in have:
+            return False
+        if operator == "!exists" and key in have:
+            return False
+        if operator == "in" and have.get(key) not in values:
+            return False
+        if operator == "notin" and key in have and have[key] in values:
+            return False
+    for path, operator, value in fields:
+        current: Any = obj
+        for step in path.split("."):
+            current = current.get(step) if isinstance(current, dict) else None
+        if (str(current if current is not None else "") == value) != (operator != "!="):
+            return False
+    return True
+
+
+def _visible(watcher: _Watcher, obj: Mapping[str, Any]) -> bool:
+    namespace = obj.get("metadata", {}).get("namespace")
+    if watcher.namespace is not None and namespace != watcher.namespace:
+        return False
+    return _matches(obj, watcher.labels, watcher.fields)
+
+
+def _event_line(watcher: _Watcher, event: _Event) -> bytes | None:
+    now_in = _visible(watcher, event.new)
+    was_in = event.old is not None and _visible(watcher, event.old)
+    if event.type == "DELETED":
+        return _line("DELETED", event.raw) if was_in else None
+    if event.type == "ADDED" or not was_in:
+        return _line("ADDED", event.raw) if now_in else None
+    return _line("MODIFIED" if now_in else "DELETED", event.raw)
+
+
+def _line(kind: str, raw: bytes) -> bytes:
+    return b'{"type":"' + kind.encode() + b'","object":' + raw + b"}\n"
+
+
+def _patch(target: dict[str, Any], patch: Any, content_type: str) -> Any:
+    if content_type == "application/merge-patch+json":
+        return _merge(target, patch)
+    if content_type == "application/strategic-merge-patch+json":
+        return _strategic(target, patch)
+    if content_type == "application/json-patch+json":
+        return _json_patch(target, patch)
+    raise ApiError(415, f"the patch content type {content_type!r} is not supported")
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merge(out.get(key), value)
+    return out
+
+
+def _strategic(target: Any, patch: Any) -> Any:
+    if not isinstance(patch, dict) or not isinstance(target, dict):
+        return _merge(None, patch)
+    out = dict(target)
+    for key, value in patch.items():
+        if key.startswith("$"):
+            continue
+        current = out.get(key)
+        if value is None:
+            out.pop(key, None)
+        elif key in _MERGE_KEYS and isinstance(value, list) and isinstance(current, list):
+            merge_key, merged = _MERGE_KEYS[key], copy.deepcopy(current)
+            for item in value:
+                index = next(
+                    (
+                        i
+                        for i, e in enumerate(merged)
+                        if isinstance(item, dict)
+                        and isinstance(e, dict)
+                        and e.get(merge_key) == item.get(merge_key)
+                    ),
+                    None,
+                )
+                if isinstance(item, dict) and item.get("$patch") == "delete":
+                    if index is not None:
+                        merged.pop(index)
+                elif index is None:
+                    merged.append(_strategic({}, item) if isinstance(item, dict) else item)
+                else:
+                    merged[index] = _strategic(merged[index], item)
+            out[key] = merged
+        elif key == "finalizers" and isinstance(value, list) and isinstance(current, list):
+            out[key] = [*current, *(v for v in value if v not in current)]
+        elif isinstance(value, dict) and isinstance(current, dict):
+            out[key] = _strategic(current, value)
+        else:
+            out[key] = _merge(None, value)
+    return out
+
+
+def _json_patch(target: dict[str, Any], operations: Any) -> Any:
+    doc: Any = copy.deepcopy(target)
+    if not isinstance(operations, list):
+        raise ApiError(400, "a JSON patch is a list of operations")
+    for operation in operations:
+        op, path = operation.get("op"), operation.get("path", "")
+        steps = [s.replace("~1", "/").replace("~0", "~") for s in path.split("/")[1:]]
+        parent: Any = doc
+        try:
+            for step in steps[:-1]:
+                parent = parent[int(step)] if isinstance(parent, list) else parent[step]
+            last = steps[-1]
+            if isinstance(parent, list):
+                index = len(parent) if last == "-" else int(last)
+                if op == "add":
+                    parent.insert(index, operation["value"])
+                elif op == "remove":
+                    parent.pop(index)
+                elif op == "replace":
+                    parent[index] = operation["value"]
+                elif op == "test" and parent[index] != operation["value"]:
+                    raise ApiError(422, f"the test of {path} failed")
+            elif op in ("add", "replace"):
+                if op == "replace" and last not in parent:
+                    raise KeyError(last)
+                parent[last] = operation["value"]
+            elif op == "remove":
+                del parent[last]
+            elif op == "test" and parent.get(last) != operation["value"]:
+                raise ApiError(422, f"the test of {path} failed")
+        except (KeyError, IndexError, ValueError, TypeError) as exc:
+            raise ApiError(422, f"the JSON patch cannot apply at {path}") from exc
+    return doc
+
+
+def _validate(kind: str, resource: str, body: dict[str, Any]) -> None:
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    problems = []
+    if not name or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        problems.append(f"metadata.name: Invalid value: {name!r}")
+    for key, value in (meta.get("labels") or {}).items():
+        prefix, _, label = key.rpartition("/")
+        if not _LABEL_NAME.match(label) or (prefix and not _DNS_SUBDOMAIN.match(prefix)):
+            problems.append(f"metadata.labels: Invalid value: {key!r}")
+        if not isinstance(value, str) or not _LABEL_VALUE.match(value):
+            problems.append(f"metadata.labels: Invalid value: {value!r}")
+    if resource == "pods":
+        spec = body.get("spec") or {}
+        containers = spec.get("containers") or []
+        if not containers:
+            problems.append("spec.containers: Required value")
+        names = [c.get("name") for c in [*spec.get("initContainers", []), *containers]]
+        for container in [*spec.get("initContainers", []), *containers]:
+            if not _DNS_LABEL.match(str(container.get("name") or "")):
+                problems.append(f"spec.containers.name: Invalid value: {container.get('name')!r}")
+            if not container.get("image"):
+                problems.append("spec.containers.image: Required value")
+        if len(set(names)) != len(names):
+            problems.append("spec.containers.name: Duplicate value")
+        for container in spec.get("initContainers", []):
+            if container.get("restartPolicy") not in (None, "Always"):
+                problems.append("spec.initContainers.restartPolicy: Unsupported value")
+    if resource == "secrets":
+        for key, value in (body.get("data") or {}).items():
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, TypeError, ValueError):
+                problems.append(f"data[{key}]: Invalid value: illegal base64 data")
+    if problems:
+        raise ApiError(422, f'{kind} "{name}" is invalid: {"; ".join(problems)}')
+
+
+def _without_images(spec: Any) -> Any:
+    spec = copy.deepcopy(spec or {})
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or ():
+            container.pop("image", None)
+    return spec
+
+
+def _ready_condition(ready: bool | None) -> dict[str, str]:
+    status, reason = {
+        True: ("True", "KubeletReady"),
+        False: ("False", "KubeletNotReady"),
+        None: ("Unknown", "NodeStatusUnknown"),
+    }[ready]
+    now = _now()
+    return {
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    return obj["metadata"].get("namespace") or "", obj["metadata"]["name"]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _body(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError as exc:
+        raise ApiError(400, "the request body is not JSON") from exc
+
+
+def _status_body(error: ApiError) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": error.message,
+        "reason": error.reason or _REASONS.get(error.code, "Unknown"),
+        "code": error.code,
+    }
+    details = {k: v for k, v in error.details.items() if k != "retry_after"}
+    if details:
+        body["details"] = details
+    return body
+
+
+def _status(error: ApiError) -> web.Response:
+    headers = {}
+    if error.details.get("retry_after") is not None:
+        headers["Retry-After"] = str(int(error.details["retry_after"]))
+    return web.Response(
+        status=error.code,
+        body=json.dumps(_status_body(error)),
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(**options: Any) -> AsyncIterator[K8sEmulator]:
+    """Run an emulator for the duration of the block.
+
+    Args:
+        **options: Passed to `K8sEmulator`.
+
+    Yields:
+        The started emulator, with ``url`` and ``api_client``.
+    """
+    emulator = K8sEmulator(**options)
+    await emulator.start()
+    try:
+        yield emulator
+    finally:
+        await emulator.stop()
+
+
+@pytest_asyncio.fixture
+async def k8s_emulator() -> AsyncIterator[K8sEmulator]:
+    """A started emulator (``.url``, ``.api_client``), stopped after the test."""
+    async with serving() as emulator:
+        yield emulator
