@@ -1,0 +1,270 @@
+"""Choosing resume or fresh for a fenced attempt: who may choose, what each choice picks, and
+requests recorded for the next pass.
+
+Only the operator, or a registered master of the swarm whose credential is bound to the named
+agent, may choose; any other caller is refused with forbidden_scope, and the choice is never
+inferred from a display name. A decision is accepted once per fenced attempt: repeating the
+accepted choice returns the same decision, checkpoint and replacement and admits nothing new;
+a different choice is refused with `no recovery decision is pending for this attempt`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import logging
+
+from services.common import errors, logs
+from services.controller import deciding, replacing
+from services.controller.pods import runtime as pods
+from services.controller.state import keys, reading, records, scripting
+
+log = logging.getLogger("services.controller.decisions")
+
+REFUSED_REQUEST = "controller: the recovery request for %s was refused: %s"
+"""The log line of a recorded request the pass refused (spec wording)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """An accepted decision; `repeated` when it was accepted before (nothing new admitted)."""
+
+    decision: records.Decision
+    repeated: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """A recorded request; `recorded` is False when the same one was already waiting."""
+
+    execution_id: str
+    choice: records.Choice
+    recorded: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Chooser:
+    """Who is choosing, as recorded with the decision."""
+
+    source: records.DecisionSource
+    agent: str | None
+    credential_sha256: str | None = dataclasses.field(default=None, repr=False)
+
+
+async def _bound(ctx: replacing.Context, agent: str, credential_sha256: str) -> bool:
+    stored = (await reading.masters(ctx.client, ctx.swarm)).get(agent)
+    return stored is not None and hmac.compare_digest(stored.encode(), credential_sha256.encode())
+
+
+async def authorize(
+    ctx: replacing.Context, caller: records.Principal, agent: str | None
+) -> Chooser:
+    """Check that the caller may choose for this swarm, as the named agent.
+
+    Raises:
+        errors.ForbiddenScope: a worker credential, a master of another swarm, a master whose
+            credential is not bound to the named agent, or a master no longer registered.
+    """
+    if isinstance(caller, records.Operator):
+        return Chooser(records.DecisionSource.OPERATOR, agent or "operator")
+    if (
+        isinstance(caller, records.Master)
+        and caller.swarm == ctx.swarm
+        and agent is not None
+        and hmac.compare_digest(caller.agent.encode(), agent.encode())
+        and await _bound(ctx, caller.agent, caller.credential_sha256)
+    ):
+        return Chooser(records.DecisionSource.MASTER, caller.agent, caller.credential_sha256)
+    raise errors.ForbiddenScope()
+
+
+async def resolve(ctx: replacing.Context, execution_or_seat: str) -> str:
+    """The fenced attempt an execution id or a seat name stands for.
+
+    A seat stands for its latest fenced attempt, or its current attempt when none was fenced
+    (a choice for it is then refused as not pending).
+
+    Raises:
+        errors.NotFound: no such execution or seat in this swarm.
+    """
+    if keys.swarm_of(execution_or_seat) is not None:
+        if await reading.execution(ctx.client, ctx.swarm, execution_or_seat) is None:
+            raise errors.NotFound("execution_not_found", "no such execution in this swarm")
+        return execution_or_seat
+    seat = await reading.seat(ctx.client, ctx.swarm, execution_or_seat)
+    if seat is None:
+        raise errors.NotFound("seat_not_found", "no such seat in this swarm")
+    return seat.fenced_execution_id or seat.current_execution_id
+
+
+async def choose(
+    ctx: replacing.Context,
+    execution: str,
+    choice: records.Choice,
+    chooser: Chooser,
+    *,
+    request_field: str | None = None,
+) -> Result:
+    """Accept `choice` for the fenced attempt `execution` and launch its replacement.
+
+    Raises:
+        errors.Refused: `no recovery decision is pending for this attempt` (not fenced, or a
+            different choice was accepted) or `no complete compatible checkpoint to resume
+            from` (resume without a usable checkpoint; the seat keeps waiting).
+        scripting.LeaseLost: this controller lost its lease; nothing was written.
+    """
+    fence = await reading.fence(ctx.client, ctx.swarm, execution)
+    if fence is None:
+        raise errors.Refused(deciding.NOT_PENDING)
+    existing = await reading.decision(ctx.client, ctx.swarm, execution)
+    if existing is not None and existing.state is records.DecisionState.ACCEPTED:
+        # Decided before: the same choice repeats it (even after a restart or an image
+        # change), anything else is refused; neither touches the fence, directive or ledger.
+        if existing.choice is not choice:
+            raise errors.Refused(deciding.NOT_PENDING)
+        if request_field is not None:
+            await ctx.writer.drop_request(request_field)
+        return Result(existing, repeated=True)
+    fence = await replacing.finish_release(ctx, fence)
+    found = await ctx.checkpoints.newest_compatible(fence.scope, ctx.worker_image)
+    directive = deciding.plan_for(choice, fence, found)
+    admission = await replacing.admit(
+        ctx,
+        fence,
+        choice=choice,
+        directive=directive,
+        source=chooser.source,
+        agent=chooser.agent,
+        automatic=False,
+        offer=deciding.offer(fence, found),
+        request_field=request_field,
+    )
+    decided = admission.decision
+    if admission.status in ("accepted", "repeated") and decided is not None:
+        if admission.status == "accepted" and decided.replacement_execution_id:
+            replacement = await reading.execution(
+                ctx.client, ctx.swarm, decided.replacement_execution_id
+            )
+            if replacement is not None:
+                await _launch_quietly(ctx, replacement)
+        return Result(decided, repeated=admission.status == "repeated")
+    raise errors.Refused(deciding.NOT_PENDING)
+
+
+async def _launch_quietly(ctx: replacing.Context, replacement: records.Execution) -> None:
+    # The decision stands once accepted; a launch the runtime refused now is retried by the
+    # next recovery pass, which launches every admitted attempt not recorded as launched.
+    try:
+        await replacing.launch(ctx, replacement)
+    except pods.PodsError as exc:
+        logs.event(
+            log,
+            "launch_failed",
+            logging.WARNING,
+            swarm=ctx.swarm,
+            execution_id=replacement.execution_id,
+            exception=type(exc).__name__,
+        )
+
+
+async def restore_decision(
+    ctx: replacing.Context,
+    execution_or_seat: str,
+    choice: records.Choice,
+    agent: str | None,
+    caller: records.Principal,
+) -> Result:
+    """Choose resume or fresh now (`Recovery.RestoreDecision`).
+
+    Args:
+        ctx: The swarm's context.
+        execution_or_seat: The fenced attempt's execution id, or the seat awaiting a decision.
+        choice: resume or fresh.
+        agent: The choosing agent, e.g. `master@example-1`; a master's credential must be
+            bound to it.
+        caller: The authenticated principal.
+
+    Returns:
+        The accepted decision, and whether it repeats an earlier acceptance.
+
+    Raises:
+        errors.ForbiddenScope: the caller may not choose.
+        errors.NotFound: no such execution or seat.
+        errors.Refused: see `choose`.
+        scripting.LeaseLost: this replica is not the lease holder (map to UNAVAILABLE).
+    """
+    chooser = await authorize(ctx, caller, agent)
+    execution = await resolve(ctx, execution_or_seat)
+    return await choose(ctx, execution, choice, chooser)
+
+
+async def request_restore_decision(
+    ctx: replacing.Context,
+    execution_or_seat: str,
+    choice: records.Choice,
+    agent: str | None,
+    caller: records.Principal,
+) -> Recorded:
+    """Only record the choice; the next recovery pass applies it under the lease and drops it
+    (`Recovery.RequestRestoreDecision`). Requests are deduplicated by attempt and choice.
+
+    Raises:
+        errors.ForbiddenScope, errors.NotFound, scripting.LeaseLost: as `restore_decision`.
+    """
+    chooser = await authorize(ctx, caller, agent)
+    execution = await resolve(ctx, execution_or_seat)
+    request = records.Request(
+        execution_id=records.ExecutionId(execution),
+        choice=choice,
+        source=chooser.source,
+        agent=chooser.agent,
+        credential_sha256=chooser.credential_sha256,
+        requested_at=ctx.writer.now(),
+    )
+    return Recorded(execution, choice, await ctx.writer.record_request(request))
+
+
+async def apply_requests(ctx: replacing.Context) -> tuple[int, int]:
+    """Apply every recorded request under the lease, then drop it (the pass's last step).
+
+    A refused request is dropped and logged as `controller: the recovery request for
+    EXECUTION was refused: REASON`. Returns (applied, refused).
+
+    Raises:
+        scripting.LeaseLost: the lease was lost; the rest of the requests stay recorded.
+    """
+    applied = refused = 0
+    for field, request in await reading.requests(ctx.client, ctx.swarm):
+        chooser = Chooser(request.source, request.agent, request.credential_sha256)
+        try:
+            if request.source is records.DecisionSource.MASTER and not (
+                request.agent
+                and request.credential_sha256
+                and await _bound(ctx, request.agent, request.credential_sha256)
+            ):
+                # The master was unregistered (or rebound) since it asked.
+                raise errors.ForbiddenScope()
+            await choose(ctx, request.execution_id, request.choice, chooser, request_field=field)
+            applied += 1
+        except scripting.LeaseLost:
+            raise
+        except errors.Refusal as refusal:
+            await ctx.writer.drop_request(field)
+            log.warning(
+                REFUSED_REQUEST,
+                request.execution_id,
+                refusal.message,
+                extra={"fields": {"execution_id": request.execution_id, "reason": refusal.reason}},
+            )
+            refused += 1
+        except Exception as exc:
+            # A store or runtime hiccup: the request stays recorded for the next pass.
+            logs.event(
+                log,
+                "request_failed",
+                logging.WARNING,
+                swarm=ctx.swarm,
+                execution_id=request.execution_id,
+                exception=type(exc).__name__,
+            )
+    return applied, refused

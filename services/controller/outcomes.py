@@ -1,0 +1,152 @@
+"""Restore outcomes, restore refusals and capture reports from worker attempts.
+
+The controller accepts an outcome only from the replacement's own worker credential, only while
+that replacement is still the seat's current attempt, and only when its continuity type,
+checkpoint and session id equal the accepted directive. The stored outcome is marked verified
+and keeps the fence's archive_watermark beside the restored watermark. A second identical report
+returns the stored outcome; a different one is refused. The outcome script is the arbiter; the
+checks here only give a clear refusal early.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from services.common import directives, errors
+from services.controller import replacing, telemetry
+from services.controller.state import reading, records
+
+MISMATCH = "the reported {field} differs from the accepted directive"
+CONFLICT = "a different outcome was already stored for this attempt"
+NOT_REPLACEMENT = "this attempt is not a replacement: it has no restore to report"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reported:
+    """The stored outcome; `repeated` when an identical one was stored before."""
+
+    outcome: records.Outcome
+    repeated: bool
+
+
+def _status_refusal(reply_status: str, field: str | None = None) -> errors.Refusal:
+    if reply_status == "forbidden":
+        return errors.ForbiddenScope()
+    if reply_status == "not_replacement":
+        return errors.Refused("not_a_replacement", NOT_REPLACEMENT)
+    if reply_status == "mismatch":
+        return errors.Refused("outcome_mismatch", MISMATCH.format(field=field or "outcome"))
+    return errors.Refused("outcome_conflict", CONFLICT)
+
+
+async def report_restore(
+    ctx: replacing.Context,
+    caller: records.Principal,
+    *,
+    recovery: directives.Continuity,
+    checkpoint_id: str | None,
+    session_id: str | None,
+    watermark: int | None,
+) -> Reported:
+    """Store a replacement's verified restore outcome (`Recovery.ReportRestore`'s outcome).
+
+    Storing it writes the task's prior awaiting value back, puts the verified outcome on the
+    task's recovery field and counts it in restore_outcomes_by_type.
+
+    Raises:
+        errors.ForbiddenScope: not the replacement's own credential, or the replacement is no
+            longer the seat's current attempt (a fenced or superseded attempt stores nothing).
+        errors.Refused: not a replacement, a field differs from the accepted directive, or a
+            different outcome was already stored.
+        scripting.LeaseLost: this replica is not the lease holder.
+    """
+    held, cred = await replacing.current_attempt(ctx, caller)
+    if held.restores_from_execution is None:
+        raise _status_refusal("not_replacement")
+    fence = await reading.fence(ctx.client, ctx.swarm, held.restores_from_execution)
+    outcome = records.Outcome(
+        execution_id=held.execution_id,
+        recovery=recovery,
+        checkpoint_id=checkpoint_id or None,
+        session_id=session_id or None,
+        watermark=watermark,
+        archive_watermark=fence.archive_watermark if fence else None,
+        verified=True,
+        reported_at=ctx.writer.now(),
+    )
+    task_recovery = {
+        "status": "verified",
+        **outcome.to_json(),
+        "fenced_execution_id": held.restores_from_execution,
+    }
+    detail = telemetry.detail(
+        outcome="verified",
+        recovery=recovery.value,
+        checkpoint_id=outcome.checkpoint_id,
+        watermark=watermark,
+        archive_watermark=outcome.archive_watermark,
+    )
+    reply = await ctx.writer.outcome(
+        held, held.task_id, cred.credential_id, outcome, task_recovery, detail
+    )
+    status = reply["status"]
+    if status == "stored":
+        return Reported(outcome, repeated=False)
+    if status == "repeated":
+        stored = await reading.outcome(ctx.client, ctx.swarm, held.execution_id)
+        return Reported(stored or outcome, repeated=True)
+    raise _status_refusal(status, reply.get("field"))
+
+
+async def report_refusal(ctx: replacing.Context, caller: records.Principal, reason: str) -> None:
+    """Keep a replacement's reported restore refusal for status.
+
+    The decision stays accepted and the task's awaiting does not change: the fenced attempt's
+    claim and the accepted decision are left in place for the master or operator.
+
+    Raises:
+        errors.ForbiddenScope, errors.Refused, scripting.LeaseLost: as `report_restore`.
+    """
+    held, cred = await replacing.current_attempt(ctx, caller)
+    if not reason or len(reason) > 200:
+        raise errors.Malformed("malformed_refusal", "a refusal names a reason of the spec")
+    detail = telemetry.detail(outcome="refused", reason=reason)
+    status = await ctx.writer.refusal(held, cred.credential_id, reason, detail)
+    if status != "stored":
+        raise _status_refusal(status)
+
+
+async def report_capture(
+    ctx: replacing.Context,
+    caller: records.Principal,
+    *,
+    native_session_id: str | None,
+    archive_watermark: int | None,
+    checkpoint_id: str | None = None,
+) -> None:
+    """Record a running attempt's native session id and archive watermark (`ReportCapture`),
+    which a later fence copies. A fenced attempt's report is refused and nothing is stored.
+
+    Raises:
+        errors.ForbiddenScope: not the current, unfenced attempt's own credential.
+        errors.Malformed: a negative watermark.
+        scripting.LeaseLost: this replica is not the lease holder.
+    """
+    held, cred = await replacing.current_attempt(ctx, caller)
+    if archive_watermark is not None and archive_watermark < 0:
+        raise errors.Malformed("malformed_capture", "an archive watermark is not negative")
+    status = await ctx.writer.capture(
+        held,
+        cred.credential_id,
+        native_session_id,
+        archive_watermark,
+        checkpoint_id,
+    )
+    if status != "captured":
+        raise errors.ForbiddenScope()
+
+
+async def restore_outcomes_by_type(ctx: replacing.Context) -> dict[str, int]:
+    """Recovery.restore_outcomes_by_type: verified outcomes counted as native, reconstructed
+    and fresh."""
+    return await reading.restore_outcomes_by_type(ctx.client, ctx.swarm)

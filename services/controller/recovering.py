@@ -1,0 +1,405 @@
+"""The recovery pass: fence → release → decide → replace → hold, under the swarm's lease.
+
+`Recovery.reconcile` lists the swarm's attempts every pass, fences each failed current attempt,
+and then, seat by seat, finishes whatever recovery the state records as unfinished: releases not
+yet recorded in a fence, a fence without a decision, an admitted attempt not yet launched. Then it
+applies recorded decision requests and drops them. Each step is idempotent and recorded, so a
+controller killed between any two writes and restarted finishes the work without doing any of
+it twice. A controller that lost its lease changes nothing: its pass stops at the first refused
+write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from services.common import directives, errors, logs
+from services.controller import deciding, decisions, outcomes, replacing, swarms, telemetry
+from services.controller.pods import runtime as pods
+from services.controller.state import leasing, reading, records, scripting, writing
+
+log = logging.getLogger("services.controller.recovery")
+
+CONCURRENT_SEATS = 32
+"""How many seats one pass works on at once."""
+
+
+@dataclasses.dataclass
+class PassReport:
+    """What one pass did (for logs, metrics and tests)."""
+
+    standby: bool = False
+    lease_lost: bool = False
+    fenced: list[str] = dataclasses.field(default_factory=list)
+    pending: list[str] = dataclasses.field(default_factory=list)
+    accepted: list[str] = dataclasses.field(default_factory=list)
+    launched: list[str] = dataclasses.field(default_factory=list)
+    requests_applied: int = 0
+    requests_refused: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Recovery:
+    """The controller core of one swarm: its pass, decisions, outcomes and status.
+
+    Args:
+        client: Redis.
+        swarm: The swarm this controller recovers.
+        runtime: Where the swarm's workers run.
+        grant_key: The key grants and worker credentials are signed with.
+        worker_image: The current worker image: the checkpoint compatibility key.
+        checkpoints: Where checkpoints are listed; None: no store is configured.
+        holder: This controller's lease holder id (fresh per process start by default).
+        lease_ttl_ms: The lease's time to live.
+        store_addr: The checkpoint-store address for launch records.
+        entry_point: Put before the swarm's command when launching.
+        scripts: A shared script runner (tests pass one with a crash hook).
+        clock: Seconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        swarm: str,
+        runtime: pods.PodRuntime,
+        *,
+        grant_key: str,
+        worker_image: str,
+        checkpoints: replacing.CheckpointSource | None = None,
+        holder: str | None = None,
+        lease_ttl_ms: int = 10_000,
+        store_addr: str | None = None,
+        entry_point: tuple[str, ...] = (),
+        scripts: scripting.Scripts | None = None,
+        clock: writing.Clock = time.time,
+    ) -> None:
+        self.client = client
+        self.swarm = swarm
+        self.runtime = runtime
+        self.scripts = scripts or scripting.Scripts(client)
+        self.lease = leasing.Lease(
+            self.scripts, swarm, holder or leasing.new_holder(), ttl_ms=lease_ttl_ms
+        )
+        self.writer = writing.Writer(self.lease, clock=clock)
+        self.ctx = replacing.Context(
+            client=client,
+            writer=self.writer,
+            runtime=runtime,
+            checkpoints=checkpoints or replacing.NoCheckpoints(),
+            grant_key=grant_key,
+            worker_image=worker_image,
+            store_addr=store_addr,
+            entry_point=entry_point,
+        )
+
+    # The pass.
+
+    async def reconcile(self) -> PassReport:
+        """One recovery pass over the runtime's attempts and the recorded state.
+
+        Returns:
+            What the pass did; `lease_lost` when it stopped because the lease was lost (then
+            it wrote nothing after the loss), `standby` when this controller holds no lease.
+        """
+        report = PassReport()
+        started = time.monotonic()
+        if not self.lease.is_held():
+            report.standby = True
+            return report
+        try:
+            await self._recover_seats(report)
+            applied, refused = await decisions.apply_requests(self.ctx)
+            report.requests_applied, report.requests_refused = applied, refused
+        except scripting.LeaseLost:
+            report.lease_lost = True
+            logs.event(
+                log,
+                "pass_stopped",
+                logging.WARNING,
+                swarm=self.swarm,
+                reason="lease_lost",
+                holder=self.lease.holder,
+            )
+        report.seconds = time.monotonic() - started
+        return report
+
+    async def _recover_seats(self, report: PassReport) -> None:
+        # Only seats with a failed attempt or unfinished work are read, so a pass over a large
+        # healthy swarm costs one list call and one set read.
+        failed: dict[str, pods.Attempt] = {}
+        for attempt in await self.runtime.list_attempts(self.swarm):
+            if attempt.failure is not None and attempt.swarm == self.swarm:
+                failed.setdefault(attempt.seat, attempt)
+        names = sorted(set(failed) | set(await reading.attention(self.client, self.swarm)))
+        limit = asyncio.Semaphore(CONCURRENT_SEATS)
+
+        async def one(seat: records.Seat) -> None:
+            async with limit:
+                await self._guarded(
+                    report, seat.seat, self._recover_seat(seat, failed.get(seat.seat), report)
+                )
+
+        try:
+            # Seats are independent (every write is its own atomic script); a TaskGroup also
+            # cancels the other seats at once when one hits a lost lease or a crash.
+            async with asyncio.TaskGroup() as group:
+                for seat in await reading.seats(self.client, self.swarm, names):
+                    group.create_task(one(seat))
+        except BaseExceptionGroup as group:
+            # Only a lost lease (or the process being torn down) gets past `_guarded`; the
+            # caller sees it as itself, not wrapped.
+            raise group.exceptions[0] from None
+
+    async def _guarded(self, report: PassReport, seat: str, step: Any) -> None:
+        # One seat's trouble (a store or runtime hiccup) must not stall the other seats; the
+        # next pass retries it. A lost lease stops the whole pass.
+        try:
+            await step
+        except scripting.LeaseLost:
+            raise
+        except Exception as exc:
+            report.errors.append(seat)
+            logs.event(
+                log,
+                "seat_step_failed",
+                logging.WARNING,
+                swarm=self.swarm,
+                seat=seat,
+                exception=type(exc).__name__,
+            )
+
+    async def _fence(self, seat: records.Seat, attempt: pods.Attempt, report: PassReport) -> None:
+        if seat.current_execution_id != attempt.execution_id:
+            # Only the current attempt of a seat can be fenced; a superseded attempt's failure
+            # was handled when it was fenced.
+            return
+        status = await self.writer.fence(
+            seat, attempt.execution_id, attempt.generation, str(attempt.failure)
+        )
+        if status == "fenced":
+            report.fenced.append(attempt.execution_id)
+        elif status == "not_current":
+            logs.event(
+                log,
+                "fence_refused",
+                logging.WARNING,
+                swarm=self.swarm,
+                seat=attempt.seat,
+                execution_id=attempt.execution_id,
+                expected_generation=seat.generation,
+                observed_generation=attempt.generation,
+                controller_epoch=self.lease.epoch,
+            )
+
+    async def _recover_seat(
+        self, seat: records.Seat, failed: pods.Attempt | None, report: PassReport
+    ) -> None:
+        if failed is not None:
+            await self._fence(seat, failed, report)
+            seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+        if seat.fenced_execution_id is not None:
+            fence = await reading.fence(self.client, self.swarm, seat.fenced_execution_id)
+            if fence is not None:
+                fence = await replacing.finish_release(self.ctx, fence)
+                if await reading.decision(self.client, self.swarm, fence.execution_id) is None:
+                    await self._decide(fence, report)
+        current = await reading.seat(self.client, self.swarm, seat.seat)
+        if current is None:
+            return
+        attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
+        if attempt is not None and await replacing.launch(self.ctx, attempt):
+            report.launched.append(attempt.execution_id)
+            attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
+        if current.state is records.SeatState.RUNNING and attempt is not None and attempt.launched:
+            await self.writer.settle(current)
+
+    async def _decide(self, fence: records.Fence, report: PassReport) -> None:
+        config = await reading.config(self.client, self.swarm)
+        held = await reading.execution(self.client, self.swarm, fence.execution_id)
+        switches = deciding.Switches(
+            automation=config.restore_automation if config else False,
+            paused=await reading.paused(self.client, self.swarm),
+            legacy_spawn=held.legacy_spawn if held else False,
+        )
+        found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
+        plan = deciding.decide(fence, found, switches)
+        if plan.action is not deciding.Action.WAIT:
+            assert plan.choice is not None and plan.directive is not None
+            assert plan.source is not None
+            admission = await replacing.admit(
+                self.ctx,
+                fence,
+                choice=plan.choice,
+                directive=plan.directive,
+                source=plan.source,
+                agent=None,
+                automatic=True,
+                offer=plan.offer,
+            )
+            if admission.status == "accepted":
+                report.accepted.append(fence.execution_id)
+                return
+            if admission.status != "paused":
+                return
+        detail = telemetry.detail(
+            decision=records.RECOVERY_PENDING,
+            reason=fence.reason,
+            offer=plan.offer.to_json() if plan.offer else None,
+        )
+        if await self.writer.pend(fence, plan.offer, detail) == "pending":
+            report.pending.append(fence.execution_id)
+
+    async def run(self, stop: asyncio.Event, *, interval_s: float = 2.0) -> None:
+        """Wait for the lease as a standby, then run passes (on every runtime wake and at least
+        every `interval_s`) while holding it, until `stop` is set."""
+        while not stop.is_set():
+            if not await self.lease.acquire():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=self.lease.ttl_ms / 3000)
+                continue
+            wake = asyncio.Event()
+            watcher = asyncio.create_task(self._watch(wake), name=f"recovery-watch-{self.swarm}")
+            try:
+                async with self.lease.renewing():
+                    while not stop.is_set() and not self.lease.lost.is_set():
+                        wake.clear()
+                        report = await self.reconcile()
+                        if report.lease_lost:
+                            break
+                        waits = [
+                            asyncio.ensure_future(e.wait()) for e in (wake, stop, self.lease.lost)
+                        ]
+                        await asyncio.wait(
+                            waits, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        for w in waits:
+                            w.cancel()
+            finally:
+                watcher.cancel()
+                # A watch that failed only costs promptness: passes still run every interval.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+        await self.lease.release()
+
+    async def _watch(self, wake: asyncio.Event) -> None:
+        async for _ in self.runtime.watch(self.swarm):
+            wake.set()
+
+    # Switches.
+
+    async def pause(self) -> None:
+        """Set the swarm's recovery-paused key: failures are fenced and released but wait for
+        an explicit decision. The switch survives a controller restart."""
+        await self.writer.set_paused(True)
+
+    async def unpause(self) -> None:
+        """Clear the swarm's recovery-paused key."""
+        await self.writer.set_paused(False)
+
+    async def paused(self) -> bool:
+        return await reading.paused(self.client, self.swarm)
+
+    # Calls the API layer makes.
+
+    async def apply_swarm(self, document: str | Mapping[str, Any]) -> swarms.Applied:
+        """Declare or update this swarm from a document (see `swarms.apply`)."""
+        return await swarms.apply(self.ctx, swarms.parse(document))
+
+    async def restore_decision(
+        self,
+        execution_or_seat: str,
+        choice: records.Choice,
+        agent: str | None,
+        caller: records.Principal,
+    ) -> decisions.Result:
+        """Choose resume or fresh now (see `decisions.restore_decision`)."""
+        return await decisions.restore_decision(self.ctx, execution_or_seat, choice, agent, caller)
+
+    async def request_restore_decision(
+        self,
+        execution_or_seat: str,
+        choice: records.Choice,
+        agent: str | None,
+        caller: records.Principal,
+    ) -> decisions.Recorded:
+        """Record the choice for the next pass (see `decisions.request_restore_decision`)."""
+        return await decisions.request_restore_decision(
+            self.ctx, execution_or_seat, choice, agent, caller
+        )
+
+    async def report_restore(
+        self,
+        caller: records.Principal,
+        *,
+        recovery: directives.Continuity,
+        checkpoint_id: str | None,
+        session_id: str | None,
+        watermark: int | None,
+    ) -> outcomes.Reported:
+        """Store a replacement's outcome (see `outcomes.report_restore`)."""
+        return await outcomes.report_restore(
+            self.ctx,
+            caller,
+            recovery=recovery,
+            checkpoint_id=checkpoint_id,
+            session_id=session_id,
+            watermark=watermark,
+        )
+
+    async def report_refusal(self, caller: records.Principal, reason: str) -> None:
+        """Keep a replacement's restore refusal (see `outcomes.report_refusal`)."""
+        await outcomes.report_refusal(self.ctx, caller, reason)
+
+    async def report_capture(
+        self,
+        caller: records.Principal,
+        *,
+        native_session_id: str | None,
+        archive_watermark: int | None,
+        checkpoint_id: str | None = None,
+    ) -> None:
+        """Record a running attempt's session and watermark (see `outcomes.report_capture`)."""
+        await outcomes.report_capture(
+            self.ctx,
+            caller,
+            native_session_id=native_session_id,
+            archive_watermark=archive_watermark,
+            checkpoint_id=checkpoint_id,
+        )
+
+    async def launch_record(self, caller: records.Principal) -> replacing.LaunchRecord:
+        """The calling attempt's launch record (see `replacing.launch_record`)."""
+        return await replacing.launch_record(self.ctx, caller)
+
+    async def status(self) -> reading.SwarmStatus:
+        """Tasks, seats, handoff cards, pause state and counters (a read: no lease needed)."""
+        return await reading.status(self.client, self.swarm)
+
+    async def restore_outcomes_by_type(self) -> dict[str, int]:
+        """Verified outcomes counted as native, reconstructed and fresh."""
+        return await outcomes.restore_outcomes_by_type(self.ctx)
+
+    async def events(
+        self, after: str | None = None, block_ms: int | None = None
+    ) -> list[telemetry.Event]:
+        """Fence, recovery and outcome events after a stream id (for `WatchRecovery`)."""
+        return await telemetry.read(self.client, self.swarm, after=after, block_ms=block_ms)
+
+
+def refusal_of(exc: BaseException) -> errors.Refusal | None:
+    """The refusal a core call raised, with LeaseLost as `Unavailable` (a standby writes
+    nothing and answers UNAVAILABLE)."""
+    if isinstance(exc, scripting.LeaseLost):
+        return errors.Unavailable("not_leader", "this controller does not hold the lease")
+    if isinstance(exc, errors.Refusal):
+        return exc
+    return None

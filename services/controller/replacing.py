@@ -1,0 +1,456 @@
+"""Release, replace and launch: the steps the recovery pass and the decision calls share.
+
+Every step reads what is already recorded and does only what is missing, so any of them can be
+repeated after a crash: a release recorded in the fence is not done again, the replacement's
+execution id is deterministic (the Lua script admits it once), and a launch is idempotent by
+execution id and recorded after it happened.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import redis.asyncio as aioredis
+
+from services.common import directives, errors, logs, tokens
+from services.common.checkpoints import storing, validation
+from services.controller import deciding, telemetry
+from services.controller.pods import runtime as pods
+from services.controller.state import keys, reading, records, writing
+
+log = logging.getLogger("services.controller.replacing")
+
+WORKER_CREDENTIAL_TTL_S = 30 * 24 * 3600
+"""How long a worker credential lives; it is revoked as soon as its attempt is fenced."""
+
+REVOCATION_MARGIN_S = 120
+"""Keep a revocation a little past the last moment its token could still pass a check."""
+
+
+class CheckpointSource(Protocol):
+    """Where the controller lists a fenced attempt's checkpoints."""
+
+    async def newest_compatible(
+        self, scope: records.AttemptScope, compatibility_key: str
+    ) -> Sequence[deciding.Checkpoint]:
+        """The attempt's complete, verified checkpoints captured under `compatibility_key`,
+        newest first."""
+        ...
+
+
+class NoCheckpoints:
+    """No checkpoint store is configured: the controller lists no checkpoints, so every
+    failure waits for a decision and only fresh succeeds."""
+
+    async def newest_compatible(
+        self, scope: records.AttemptScope, compatibility_key: str
+    ) -> Sequence[deciding.Checkpoint]:
+        return []
+
+
+class BackendCheckpoints:
+    """Checkpoints listed from a storage backend, verified object by object.
+
+    Args:
+        backend: The configured backend (`checkpoints.backends.open_backend`).
+    """
+
+    def __init__(self, backend: storing.Backend) -> None:
+        self._backend = backend
+
+    async def newest_compatible(
+        self, scope: records.AttemptScope, compatibility_key: str
+    ) -> Sequence[deciding.Checkpoint]:
+        store = self._backend.scoped(
+            storing.StoreScope(scope.swarm, scope.task_id, scope.task_generation)
+        )
+        return await validation.list_checkpoints(
+            store, compatibility_key, scope.execution_generation, verified_only=True
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What the steps need, for one swarm.
+
+    Attributes:
+        client: Redis (reads).
+        writer: The swarm's writer (every write, under the lease).
+        runtime: Where workers run.
+        checkpoints: Where checkpoints are listed.
+        grant_key: The key grants and worker credentials are signed with.
+        worker_image: The controller's current worker image: the compatibility key.
+        store_addr: The checkpoint-store address written into launch records.
+        entry_point: Put before the swarm's command (the worker entry point), if any.
+    """
+
+    client: aioredis.Redis
+    writer: writing.Writer
+    runtime: pods.PodRuntime
+    checkpoints: CheckpointSource
+    grant_key: str = dataclasses.field(repr=False)
+    worker_image: str
+    store_addr: str | None = None
+    entry_point: tuple[str, ...] = ()
+
+    @property
+    def swarm(self) -> str:
+        return self.writer.swarm
+
+
+def new_execution(
+    *,
+    swarm: str,
+    seat: str,
+    generation: int,
+    task_id: str,
+    task_generation: int,
+    image: str,
+    directive: directives.Directive,
+    restores_from: records.Fence | None,
+    legacy_spawn: bool,
+    now: float,
+) -> records.Execution:
+    """A new attempt with fresh token ids (only ids are kept; tokens are minted from them)."""
+    return records.Execution(
+        execution_id=records.ExecutionId(keys.execution_id(swarm, seat, generation)),
+        swarm=swarm,
+        seat=records.SeatName(seat),
+        generation=generation,
+        task_id=task_id,
+        task_generation=task_generation,
+        image=image,
+        state=records.ExecutionState.RUNNING,
+        directive=directives.checked(directive),
+        credential_id=tokens.new_token_id(),
+        credential_issued_at=int(now),
+        capture_grant_id=tokens.new_token_id(),
+        restore_grant_id=tokens.new_token_id() if directive.checkpoint_id else None,
+        restores_from_execution=restores_from.execution_id if restores_from else None,
+        restores_from_generation=restores_from.generation if restores_from else 0,
+        legacy_spawn=legacy_spawn,
+        account=None,
+        native_session_id=None,
+        archive_watermark=None,
+        captured_checkpoint_id=None,
+        launched=False,
+        admitted_at=writing.rfc3339(now),
+    )
+
+
+def worker_token(grant_key: str, execution: records.Execution) -> str:
+    """The attempt's worker credential: the same token every time (same id and issue time)."""
+    _, token = tokens.mint_worker_credential(
+        grant_key,
+        swarm=execution.swarm,
+        seat=execution.seat,
+        execution_id=execution.execution_id,
+        execution_generation=execution.generation,
+        ttl_s=WORKER_CREDENTIAL_TTL_S,
+        credential_id=execution.credential_id,
+        now=execution.credential_issued_at,
+    )
+    return token
+
+
+def launch_spec(
+    ctx: Context, execution: records.Execution, config: records.SwarmConfig
+) -> pods.LaunchSpec:
+    """What the runtime launches for an admitted attempt."""
+    env = {
+        "AGENTIHOOKS_SWARM": execution.swarm,
+        "AGENTIHOOKS_SEAT": execution.seat,
+        "AGENTIHOOKS_EXECUTION_ID": execution.execution_id,
+        "AGENTIHOOKS_GENERATION": str(execution.generation),
+        "AGENTIHOOKS_TASK_ID": execution.task_id,
+        "AGENTIHOOKS_TASK_TEXT": execution.task_text,
+        "AGENTIHOOKS_HARNESS": config.harness,
+    }
+    if execution.account:
+        env["AGENTIHOOKS_PROVIDER_ACCOUNT"] = execution.account
+    if config.checkpoint_remote:
+        env["AGENTIHOOKS_CHECKPOINT_REMOTE"] = "true"
+    return pods.LaunchSpec(
+        swarm=execution.swarm,
+        seat=execution.seat,
+        execution_id=execution.execution_id,
+        generation=execution.generation,
+        image=execution.image or config.worker_image,
+        command=(*ctx.entry_point, *config.command),
+        worker_credential=worker_token(ctx.grant_key, execution),
+        env=env,
+    )
+
+
+async def launch(
+    ctx: Context,
+    execution: records.Execution,
+    *,
+    config: records.SwarmConfig | None = None,
+    seat: records.Seat | None = None,
+) -> bool:
+    """Launch an admitted attempt's Pod unless recorded as launched; True when launched now.
+
+    `config` and `seat` may be passed when the caller just read them (a large apply).
+    """
+    if execution.launched or execution.state is not records.ExecutionState.RUNNING:
+        return False
+    config = config or await reading.config(ctx.client, ctx.swarm)
+    seat = seat or await reading.seat(ctx.client, ctx.swarm, execution.seat)
+    if config is None or seat is None:
+        return False
+    await ctx.runtime.launch(launch_spec(ctx, execution, config))
+    status = await ctx.writer.launched(execution, seat)
+    logs.event(
+        log,
+        "launched",
+        swarm=ctx.swarm,
+        seat=execution.seat,
+        execution_id=execution.execution_id,
+        generation=execution.generation,
+    )
+    return status == "launched"
+
+
+async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
+    """Do each release the fence does not record yet; return the fence as recorded now.
+
+    The worker credential (launch grant) and store grants are revoked by id, the provider
+    account slot ends, and the Pod is removed; a fenced worker keeps no claim, grant or account
+    authority. A Pod the runtime could not remove is retried on the next pass.
+    """
+    if all(fence.released(kind) for kind in records.ReleaseKind):
+        return fence
+    eid = fence.execution_id
+    held = await reading.execution(ctx.client, ctx.swarm, eid)
+    if held is None:
+        raise errors.NotFound("execution_missing", "the fenced attempt has no record")
+    now = int(ctx.writer.clock())
+    if not fence.released(records.ReleaseKind.LAUNCH_GRANT):
+        ttl = held.credential_issued_at + WORKER_CREDENTIAL_TTL_S - now + REVOCATION_MARGIN_S
+        await ctx.writer.release(
+            eid, records.ReleaseKind.LAUNCH_GRANT, [(held.credential_id, max(1, ttl))]
+        )
+    if not fence.released(records.ReleaseKind.STORE_GRANTS):
+        # Store grants are minted on demand (never after the fence), each for at most the
+        # default grant lifetime, so a revocation that long covers every copy.
+        ttl = tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + REVOCATION_MARGIN_S
+        grant_ids = [g for g in (held.capture_grant_id, held.restore_grant_id) if g]
+        await ctx.writer.release(
+            eid, records.ReleaseKind.STORE_GRANTS, [(g, ttl) for g in grant_ids]
+        )
+    if not fence.released(records.ReleaseKind.ACCOUNT_SLOT):
+        await ctx.writer.release(eid, records.ReleaseKind.ACCOUNT_SLOT)
+    if not fence.released(records.ReleaseKind.POD):
+        try:
+            await ctx.runtime.remove(ctx.swarm, eid)
+        except pods.PodsError as exc:
+            logs.event(
+                log,
+                "pod_remove_failed",
+                logging.WARNING,
+                swarm=ctx.swarm,
+                execution_id=eid,
+                exception=type(exc).__name__,
+            )
+        else:
+            await ctx.writer.release(eid, records.ReleaseKind.POD)
+    recorded = await reading.fence(ctx.client, ctx.swarm, eid)
+    return recorded or fence
+
+
+@dataclasses.dataclass(frozen=True)
+class Admission:
+    """The answer of `admit`: the script's status and the decision as recorded afterwards."""
+
+    status: str
+    decision: records.Decision | None
+
+
+def task_recovery_accepted(
+    fence: records.Fence,
+    decision_fields: Mapping[str, Any],
+    directive: directives.Directive,
+    replacement: records.Execution,
+) -> dict[str, Any]:
+    """The task's recovery field once a decision is accepted: the directive, status accepted."""
+    return {
+        "status": "accepted",
+        **directive.to_json(),
+        "choice": decision_fields["choice"],
+        "fenced_execution_id": fence.execution_id,
+        "execution_id": replacement.execution_id,
+        "archive_watermark": fence.archive_watermark,
+        "decided_at": decision_fields["decided_at"],
+    }
+
+
+async def admit(
+    ctx: Context,
+    fence: records.Fence,
+    *,
+    choice: records.Choice,
+    directive: directives.Directive,
+    source: records.DecisionSource,
+    agent: str | None,
+    automatic: bool,
+    offer: records.Offer | None,
+    request_field: str | None = None,
+) -> Admission:
+    """Accept the decision and admit one replacement on the same seat, next generation.
+
+    The Lua script is the arbiter: of many concurrent identical calls one is `accepted` and
+    the rest are `repeated`; a different choice after acceptance is a `conflict`.
+    """
+    config = await reading.config(ctx.client, ctx.swarm)
+    image = config.worker_image if config else ctx.worker_image
+    now = ctx.writer.clock()
+    replacement = new_execution(
+        swarm=ctx.swarm,
+        seat=fence.seat,
+        generation=fence.generation + 1,
+        task_id=fence.task_id,
+        task_generation=fence.task_generation,
+        image=image,
+        directive=directive,
+        restores_from=fence,
+        legacy_spawn=False,
+        now=now,
+    )
+    fields: dict[str, str] = {
+        "choice": choice.value,
+        "source": source.value,
+        "decided_at": writing.rfc3339(now),
+        "replacement": replacement.execution_id,
+        "replacement_generation": str(replacement.generation),
+        **records.directive_fields(directive),
+    }
+    if agent:
+        fields["agent"] = agent
+    recovery = task_recovery_accepted(fence, fields, directive, replacement)
+    detail = telemetry.detail(
+        decision="accepted",
+        choice=choice.value,
+        source=source.value,
+        agent=agent,
+        directive=directive.to_json(),
+        replacement_execution_id=replacement.execution_id,
+    )
+
+    async def accept() -> str:
+        return await ctx.writer.accept(
+            fence,
+            choice=choice,
+            decision=fields,
+            replacement=replacement,
+            task_recovery=recovery,
+            automatic=automatic,
+            request_field=request_field,
+            detail=detail,
+            offer=offer,
+        )
+
+    status = await accept()
+    if status == "releasing":
+        fence = await finish_release(ctx, fence)
+        status = await accept()
+    decided = await reading.decision(ctx.client, ctx.swarm, fence.execution_id)
+    return Admission(status, decided)
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchRecord:
+    """What an attempt launches with (served by `GetLaunchRecord`)."""
+
+    scope: records.AttemptScope
+    directive: directives.Directive
+    projects: tuple[records.Project, ...]
+    worker_image: str
+    harness: str
+    restores_from_generation: int
+    restore_grant: str | None = dataclasses.field(repr=False)
+    capture_grant: str = dataclasses.field(repr=False)
+    command: tuple[str, ...]
+    checkpoint_remote: bool
+    store_addr: str | None
+    task_text: str
+
+
+async def current_attempt(
+    ctx: Context, caller: records.Principal
+) -> tuple[records.Execution, tokens.WorkerCredential]:
+    """The caller's own attempt and credential, when the attempt is still the seat's current,
+    unfenced attempt.
+
+    Raises:
+        errors.ForbiddenScope: not a worker credential of this swarm, not that attempt's own
+            credential, or the attempt was fenced or superseded.
+    """
+    if not isinstance(caller, records.Worker) or caller.credential.swarm != ctx.swarm:
+        raise errors.ForbiddenScope()
+    cred = caller.credential
+    held = await reading.execution(ctx.client, ctx.swarm, cred.execution_id)
+    if (
+        held is None
+        or held.credential_id != cred.credential_id
+        or held.generation != cred.execution_generation
+        or held.state is not records.ExecutionState.RUNNING
+    ):
+        raise errors.ForbiddenScope()
+    seat = await reading.seat(ctx.client, ctx.swarm, held.seat)
+    if seat is None or seat.current_execution_id != held.execution_id:
+        raise errors.ForbiddenScope()
+    return held, cred
+
+
+async def launch_record(ctx: Context, caller: records.Principal) -> LaunchRecord:
+    """The calling attempt's launch record, with its grants minted now under their ids.
+
+    The restore grant reads the fenced attempt's scope (for the restore); the capture grant
+    writes the attempt's own scope. A fenced attempt gets nothing (forbidden_scope).
+    """
+    held, _ = await current_attempt(ctx, caller)
+    config = await reading.config(ctx.client, ctx.swarm)
+    if config is None:
+        raise errors.NotFound("swarm_missing", "the swarm is not declared")
+    _, capture = tokens.mint_grant(
+        ctx.grant_key,
+        swarm=held.swarm,
+        seat=held.seat,
+        task_id=held.task_id,
+        task_generation=held.task_generation,
+        execution_id=held.execution_id,
+        execution_generation=held.generation,
+        rights=frozenset({tokens.Right.WRITE}),
+        grant_id=held.capture_grant_id,
+    )
+    restore: str | None = None
+    if held.restore_grant_id and held.restores_from_execution:
+        _, restore = tokens.mint_grant(
+            ctx.grant_key,
+            swarm=held.swarm,
+            seat=held.seat,
+            task_id=held.task_id,
+            task_generation=held.task_generation,
+            execution_id=held.restores_from_execution,
+            execution_generation=held.restores_from_generation,
+            rights=frozenset({tokens.Right.READ}),
+            grant_id=held.restore_grant_id,
+        )
+    return LaunchRecord(
+        scope=held.scope,
+        directive=held.directive,
+        projects=config.projects,
+        worker_image=held.image or config.worker_image,
+        harness=config.harness,
+        restores_from_generation=held.restores_from_generation,
+        restore_grant=restore,
+        capture_grant=capture,
+        command=(*ctx.entry_point, *config.command),
+        checkpoint_remote=config.checkpoint_remote,
+        store_addr=ctx.store_addr,
+        task_text=held.task_text,
+    )

@@ -1,0 +1,1 @@
+"""The controller's recovery state in Redis: keys, records, the lease and the one script runner."""

@@ -1,0 +1,271 @@
+"""Reads of recovery state and the status read model: tasks, seats and handoff cards.
+
+Reads need no lease: every replica serves them. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from services.common import tokens
+from services.controller import deciding
+from services.controller.state import keys, records
+
+PENDING_CONTINUITY = "pending"
+"""A card's continuity until the replacement reports its outcome."""
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def _hash(client: aioredis.Redis, key: str) -> dict[str, str] | None:
+    raw = await client.hgetall(key)
+    return records.text_hash(raw) if raw else None
+
+
+async def seat(client: aioredis.Redis, swarm: str, name: str) -> records.Seat | None:
+    h = await _hash(client, keys.seat(swarm, name))
+    return records.Seat.from_hash(h) if h else None
+
+
+async def seat_names(client: aioredis.Redis, swarm: str) -> list[str]:
+    """The swarm's seats in document order."""
+    names: list[Any] = await client.zrange(keys.seats(swarm), 0, -1)
+    return [_text(n) for n in names]
+
+
+async def seats(
+    client: aioredis.Redis, swarm: str, names: Iterable[str] | None = None
+) -> list[records.Seat]:
+    """The named seats (default: every seat, in document order), read in one round trip."""
+    wanted = list(names) if names is not None else await seat_names(client, swarm)
+    pipe = client.pipeline(transaction=False)
+    for name in wanted:
+        pipe.hgetall(keys.seat(swarm, name))
+    out = []
+    for raw in await pipe.execute():
+        if raw:
+            out.append(records.Seat.from_hash(records.text_hash(raw)))
+    return out
+
+
+async def attention(client: aioredis.Redis, swarm: str) -> list[str]:
+    """The seats with unfinished work for the pass (see `keys.attention`)."""
+    members: set[Any] = await client.smembers(keys.attention(swarm))
+    return sorted(_text(m) for m in members)
+
+
+async def execution(client: aioredis.Redis, swarm: str, eid: str) -> records.Execution | None:
+    h = await _hash(client, keys.execution(swarm, eid))
+    return records.Execution.from_hash(h) if h else None
+
+
+async def executions(
+    client: aioredis.Redis, swarm: str, eids: Iterable[str]
+) -> list[records.Execution]:
+    """The named attempts that exist, read in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for eid in eids:
+        pipe.hgetall(keys.execution(swarm, eid))
+    return [
+        records.Execution.from_hash(records.text_hash(raw)) for raw in await pipe.execute() if raw
+    ]
+
+
+async def fence(client: aioredis.Redis, swarm: str, eid: str) -> records.Fence | None:
+    h = await _hash(client, keys.fence(swarm, eid))
+    return records.Fence.from_hash(h) if h else None
+
+
+async def decision(client: aioredis.Redis, swarm: str, eid: str) -> records.Decision | None:
+    h = await _hash(client, keys.decision(swarm, eid))
+    return records.Decision.from_hash(h) if h else None
+
+
+async def outcome(client: aioredis.Redis, swarm: str, eid: str) -> records.Outcome | None:
+    h = await _hash(client, keys.outcome(swarm, eid))
+    return records.Outcome.from_hash(h) if h else None
+
+
+async def refusal(client: aioredis.Redis, swarm: str, eid: str) -> str | None:
+    """The last restore refusal reason a replacement reported."""
+    h = await _hash(client, keys.refusal(swarm, eid))
+    return h.get("reason") if h else None
+
+
+async def task(client: aioredis.Redis, swarm: str, task_id: str) -> records.Task | None:
+    h = await _hash(client, keys.task(swarm, task_id))
+    return records.Task.from_hash(h) if h else None
+
+
+async def config(client: aioredis.Redis, swarm: str) -> records.SwarmConfig | None:
+    h = await _hash(client, keys.config(swarm))
+    return records.SwarmConfig.from_hash(h) if h else None
+
+
+async def masters(client: aioredis.Redis, swarm: str) -> dict[str, str]:
+    """Master agent name -> SHA-256 of its credential."""
+    return await _hash(client, keys.masters(swarm)) or {}
+
+
+async def accounts(client: aioredis.Redis, swarm: str) -> dict[str, int]:
+    return {k: int(v) for k, v in (await _hash(client, keys.accounts(swarm)) or {}).items()}
+
+
+async def slots(client: aioredis.Redis, swarm: str) -> dict[str, str]:
+    """Execution id -> the provider account whose slot it holds."""
+    return await _hash(client, keys.slots(swarm)) or {}
+
+
+async def paused(client: aioredis.Redis, swarm: str) -> bool:
+    return bool(await client.exists(keys.paused(swarm)))
+
+
+async def epoch(client: aioredis.Redis, swarm: str) -> int:
+    value = await client.get(keys.epoch(swarm))
+    return int(value) if value is not None else 0
+
+
+async def requests(client: aioredis.Redis, swarm: str) -> list[tuple[str, records.Request]]:
+    """Recorded requests as (field, request), oldest first."""
+    raw = await _hash(client, keys.requests(swarm)) or {}
+    found = [(f, records.Request.from_json(json.loads(v))) for f, v in raw.items()]
+    return sorted(found, key=lambda item: (item[1].requested_at, item[0]))
+
+
+async def restore_outcomes_by_type(client: aioredis.Redis, swarm: str) -> dict[str, int]:
+    """Recovery.restore_outcomes_by_type: verified outcomes as native, reconstructed, fresh."""
+    raw = await _hash(client, keys.outcomes_by_type(swarm)) or {}
+    return {kind: int(raw.get(kind, "0")) for kind in ("native", "reconstructed", "fresh")}
+
+
+async def swarm_names(client: aioredis.Redis) -> list[str]:
+    return sorted(_text(n) for n in await client.smembers(keys.SWARMS))
+
+
+async def master_for_token(
+    client: aioredis.Redis, swarm: str, token: str | None
+) -> records.Master | None:
+    """The registered master of `swarm` whose credential `token` is, or None.
+
+    The agent name comes from the registration the credential is bound to, never from the
+    caller; comparison is constant time.
+    """
+    if not token:
+        return None
+    presented = tokens.hash_secret(token)
+    for agent, stored in (await masters(client, swarm)).items():
+        if hmac.compare_digest(stored.encode(), presented.encode()):
+            return records.Master(swarm, agent, presented)
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """A card of the Handoff outcomes panel."""
+
+    seat: str
+    execution_id: str
+    failure: str
+    reason: str
+    checkpoint: str
+    resume_available: bool
+    resume_label: str
+    continuity: str
+    decision: str
+    replacement_execution_id: str
+    refusal: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class SwarmStatus:
+    """What `GetSwarmStatus` and `status --json` show."""
+
+    swarm: str
+    paused: bool
+    automation: bool
+    tasks: tuple[records.Task, ...]
+    seats: tuple[records.Seat, ...]
+    handoffs: tuple[Card, ...]
+    restore_outcomes_by_type: dict[str, int]
+    controller_epoch: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "swarm": self.swarm,
+            "paused": self.paused,
+            "automation": self.automation,
+            "tasks": [t.to_json() for t in self.tasks],
+            "seats": [s.to_json() for s in self.seats],
+            "handoffs": [c.to_json() for c in self.handoffs],
+            "restore_outcomes_by_type": dict(self.restore_outcomes_by_type),
+            "controller_epoch": self.controller_epoch,
+        }
+
+
+async def card(client: aioredis.Redis, swarm: str, at: records.Seat) -> Card | None:
+    """The card of a seat whose attempt was fenced (its latest recovery), or None."""
+    if at.fenced_execution_id is None:
+        return None
+    fenced = await fence(client, swarm, at.fenced_execution_id)
+    if fenced is None:
+        return None
+    chosen = await decision(client, swarm, fenced.execution_id)
+    offer = chosen.offer if chosen else None
+    accepted = chosen is not None and chosen.state is records.DecisionState.ACCEPTED
+    checkpoint = offer.checkpoint_id if offer else ""
+    continuity, refused, replacement = PENDING_CONTINUITY, None, ""
+    if accepted and chosen is not None:
+        checkpoint = (chosen.directive.checkpoint_id if chosen.directive else None) or ""
+        replacement = chosen.replacement_execution_id or ""
+        if replacement:
+            reported = await outcome(client, swarm, replacement)
+            continuity = reported.recovery.value if reported else PENDING_CONTINUITY
+            refused = await refusal(client, swarm, replacement)
+    return Card(
+        seat=at.seat,
+        execution_id=fenced.execution_id,
+        failure=fenced.reason,
+        reason=deciding.card_reason(fenced.reason, offer),
+        checkpoint=checkpoint,
+        resume_available=offer is not None and not accepted,
+        resume_label=deciding.resume_label(offer),
+        continuity=continuity,
+        decision=chosen.state.value if chosen else records.RECOVERY_PENDING,
+        replacement_execution_id=replacement,
+        refusal=refused,
+    )
+
+
+async def status(client: aioredis.Redis, swarm: str) -> SwarmStatus:
+    """The swarm's status: tasks, seats, handoff cards, pause state and counters."""
+    all_seats = await seats(client, swarm)
+    tasks, cards = [], []
+    for at in all_seats:
+        row = await task(client, swarm, at.task_id)
+        if row is not None:
+            tasks.append(row)
+        found = await card(client, swarm, at)
+        if found is not None:
+            cards.append(found)
+    cfg = await config(client, swarm)
+    return SwarmStatus(
+        swarm=swarm,
+        paused=await paused(client, swarm),
+        automation=cfg.restore_automation if cfg else False,
+        tasks=tuple(tasks),
+        seats=tuple(all_seats),
+        handoffs=tuple(cards),
+        restore_outcomes_by_type=await restore_outcomes_by_type(client, swarm),
+        controller_epoch=await epoch(client, swarm),
+    )

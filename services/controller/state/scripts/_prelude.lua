@@ -1,0 +1,62 @@
+-- Prepended by scripting.py to every mutating script.
+-- KEYS[1] is the swarm's lease key and KEYS[2] its epoch key; ARGV[1] is this controller's
+-- holder id and ARGV[2] its epoch. A controller that lost its lease changes nothing: when the
+-- lease no longer names this holder and epoch the script writes nothing and returns lease_lost.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+  return 'lease_lost'
+end
+local EPOCH = ARGV[2]
+
+local function hgetall(key)
+  local flat = redis.call('HGETALL', key)
+  local t = {}
+  for i = 1, #flat, 2 do t[flat[i]] = flat[i + 1] end
+  return t
+end
+
+local function hset_map(key, map)
+  local flat = {}
+  for k, v in pairs(map) do
+    flat[#flat + 1] = k
+    flat[#flat + 1] = tostring(v)
+  end
+  if #flat > 0 then redis.call('HSET', key, unpack(flat)) end
+end
+
+local function reply(t)
+  return cjson.encode(t)
+end
+
+-- Provider account slots: capacities, slots in use, and account names in order.
+local function slot_usage(accounts_key, slots_key)
+  local caps = hgetall(accounts_key)
+  local used = {}
+  for _, account in pairs(hgetall(slots_key)) do used[account] = (used[account] or 0) + 1 end
+  local names = {}
+  for name in pairs(caps) do names[#names + 1] = name end
+  table.sort(names)
+  return {caps = caps, used = used, names = names}
+end
+
+-- Take a slot of the first provider account (by name) with one free; nil when none is.
+local function take_slot(usage, slots_key, execution)
+  for _, name in ipairs(usage.names) do
+    if (usage.used[name] or 0) < tonumber(usage.caps[name]) then
+      usage.used[name] = (usage.used[name] or 0) + 1
+      redis.call('HSET', slots_key, execution, name)
+      return name
+    end
+  end
+  return nil
+end
+
+-- One telemetry event, written by the same script as its transition; returned for the log line.
+local function event(stream, kind, swarm, seat, execution, expected, observed, detail, at)
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', '10000', '*',
+    'kind', kind, 'swarm', swarm, 'seat', seat, 'execution_id', execution,
+    'expected_generation', tostring(expected), 'observed_generation', tostring(observed),
+    'controller_epoch', EPOCH, 'detail', detail, 'at', at)
+  return {id = id, kind = kind, swarm = swarm, seat = seat, execution_id = execution,
+          expected_generation = tonumber(expected) or 0, observed_generation = tonumber(observed) or 0,
+          controller_epoch = tonumber(EPOCH), detail = detail, at = at}
+end

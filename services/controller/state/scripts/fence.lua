@@ -1,0 +1,38 @@
+-- Fence the current attempt of a seat: one record, a second fence returns the first.
+-- The fence copies the native session id and archive watermark the attempt held at this moment,
+-- marks the attempt fenced and holds the task: its awaiting reads recovery_pending.
+-- KEYS[3] seat, [4] execution, [5] fence, [6] task, [7] events, [8] attention.
+-- ARGV[3] execution id, [4] observed generation, [5] reason, [6] at, [7] swarm.
+if redis.call('EXISTS', KEYS[5]) == 1 then return reply({status = 'exists'}) end
+local seat = hgetall(KEYS[3])
+local execution = hgetall(KEYS[4])
+if seat.current ~= ARGV[3] or seat.generation ~= ARGV[4] or execution.state ~= 'running' then
+  return reply({status = 'not_current', expected_generation = tonumber(seat.generation) or 0})
+end
+local fence = {
+  execution_id = ARGV[3], swarm = ARGV[7], generation = ARGV[4], seat = seat.seat,
+  reason = ARGV[5], controller_epoch = EPOCH, fenced_at = ARGV[6],
+  task_id = execution.task_id, task_generation = execution.task_generation,
+}
+local detail = {reason = ARGV[5], lost_tail = {length = 'unknown'}}
+if execution.native_session_id then
+  fence.native_session_id = execution.native_session_id
+  detail.native_session_id = execution.native_session_id
+end
+if execution.archive_watermark then
+  fence.archive_watermark = execution.archive_watermark
+  detail.archive_watermark = tonumber(execution.archive_watermark)
+  detail.lost_tail.after_watermark = tonumber(execution.archive_watermark)
+end
+hset_map(KEYS[5], fence)
+redis.call('HSET', KEYS[4], 'state', 'fenced')
+redis.call('HSET', KEYS[3], 'state', 'fenced', 'fenced_execution', ARGV[3])
+redis.call('SADD', KEYS[8], seat.seat)
+local task = hgetall(KEYS[6])
+if task.held ~= '1' then
+  redis.call('HSET', KEYS[6], 'prior_awaiting', task.awaiting or '', 'held', '1')
+end
+redis.call('HSET', KEYS[6], 'awaiting', 'recovery_pending')
+local ev = event(KEYS[7], 'fence', ARGV[7], seat.seat, ARGV[3], seat.generation, ARGV[4],
+  cjson.encode(detail), ARGV[6])
+return reply({status = 'fenced', events = {ev}})

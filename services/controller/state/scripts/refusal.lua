@@ -1,0 +1,17 @@
+-- A replacement reports that its restore was refused. The decision stays accepted and the
+-- task's awaiting does not change; the refusal is kept for status.
+-- KEYS[3] seat, [4] execution, [5] refusal, [6] events.
+-- ARGV[3] execution id, [4] credential id, [5] generation, [6] reason, [7] at, [8] swarm,
+--   [9] detail JSON.
+local execution = hgetall(KEYS[4])
+local seat = hgetall(KEYS[3])
+if execution.credential_id ~= ARGV[4] or execution.generation ~= ARGV[5]
+    or execution.state ~= 'running' or seat.current ~= ARGV[3] then
+  return reply({status = 'forbidden'})
+end
+if not execution.restores_from_execution then return reply({status = 'not_replacement'}) end
+redis.call('HSET', KEYS[5], 'reason', ARGV[6], 'reported_at', ARGV[7])
+redis.call('HINCRBY', KEYS[5], 'count', 1)
+local ev = event(KEYS[6], 'outcome', ARGV[8], seat.seat, ARGV[3], seat.generation,
+  execution.generation, ARGV[9], ARGV[7])
+return reply({status = 'stored', events = {ev}})

@@ -1,0 +1,335 @@
+"""Typed calls of the transition scripts: the only code that writes recovery state.
+
+Each method is one Lua script run under the lease (see `scripting`): it names every key it
+touches, passes the record fields the pure code built, and returns the script's status word.
+A lost lease raises `scripting.LeaseLost` and nothing was written.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from services.controller import telemetry
+from services.controller.state import keys, leasing, records
+
+Clock = Callable[[], float]
+
+
+def rfc3339(at: float) -> str:
+    """A UTC timestamp as RFC 3339 with a `Z`."""
+    stamp = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
+    return stamp.replace("+00:00", "Z")
+
+
+class Writer:
+    """Writes one swarm's state, always under its lease.
+
+    Args:
+        lease: The swarm's lease (its holder and epoch guard every script).
+        clock: Seconds since the epoch (tests pass a fixed clock).
+    """
+
+    def __init__(self, lease: leasing.Lease, *, clock: Clock = time.time) -> None:
+        self.lease = lease
+        self.swarm = lease.swarm
+        self.clock = clock
+
+    def now(self) -> str:
+        return rfc3339(self.clock())
+
+    async def _run(self, name: str, keys_: Sequence[str], args: Sequence[str | int]) -> Any:
+        reply = await self.lease.scripts.run(
+            name,
+            holder=self.lease.holder,
+            epoch=self.lease.epoch,
+            keys=[*self.lease.keys, *keys_],
+            args=args,
+        )
+        telemetry.log_events(reply.get("events", []))
+        return reply
+
+    async def apply_swarm(
+        self,
+        config: Mapping[str, str],
+        masters: Mapping[str, str],
+        accounts: Mapping[str, int],
+        seats: Sequence[Mapping[str, Any]],
+        task_keys: Sequence[str],
+    ) -> tuple[list[str], list[str]]:
+        """Declare or update the swarm; returns (admitted execution ids, updated seats)."""
+        s = self.swarm
+        seat_keys: list[str] = []
+        for seat, task_key in zip(seats, task_keys, strict=True):
+            seat_keys += [
+                keys.seat(s, seat["seat"]),
+                task_key,
+                keys.execution(s, seat["execution_id"]),
+            ]
+        reply = await self._run(
+            "apply_swarm",
+            [
+                keys.config(s),
+                keys.masters(s),
+                keys.accounts(s),
+                keys.seats(s),
+                keys.slots(s),
+                keys.attention(s),
+                *seat_keys,
+            ],
+            [
+                json.dumps(dict(config)),
+                json.dumps(dict(masters)),
+                json.dumps({k: str(v) for k, v in accounts.items()}),
+                json.dumps(list(seats)),
+            ],
+        )
+        return list(reply["admitted"]), list(reply["updated"])
+
+    async def fence(self, seat: records.Seat, execution: str, generation: int, reason: str) -> str:
+        """Fence the seat's current attempt: `fenced`, `exists` or `not_current`."""
+        s = self.swarm
+        reply = await self._run(
+            "fence",
+            [
+                keys.seat(s, seat.seat),
+                keys.execution(s, execution),
+                keys.fence(s, execution),
+                keys.task(s, seat.task_id),
+                keys.events(s),
+                keys.attention(s),
+            ],
+            [execution, generation, reason, self.now(), s],
+        )
+        return str(reply["status"])
+
+    async def release(
+        self, execution: str, kind: records.ReleaseKind, revoke: Sequence[tuple[str, int]] = ()
+    ) -> str:
+        """One release, recorded in the fence: `released`, `already` or `no_fence`.
+
+        Args:
+            execution: The fenced attempt.
+            kind: What is released.
+            revoke: (token id, seconds to keep the revocation) of each token to revoke.
+        """
+        s = self.swarm
+        reply = await self._run(
+            "release",
+            [keys.fence(s, execution), keys.slots(s), *(keys.revoked(s, t) for t, _ in revoke)],
+            [kind.value, self.now(), execution, *(ttl for _, ttl in revoke)],
+        )
+        return str(reply["status"])
+
+    async def pend(self, fence: records.Fence, offer: records.Offer | None, detail: str) -> str:
+        """Record that the fenced attempt awaits a decision: `pending`, `exists`, `no_fence`."""
+        s = self.swarm
+        reply = await self._run(
+            "pend",
+            [
+                keys.fence(s, fence.execution_id),
+                keys.decision(s, fence.execution_id),
+                keys.seat(s, fence.seat),
+                keys.events(s),
+            ],
+            [
+                fence.execution_id,
+                json.dumps(offer.to_json()) if offer else "",
+                self.now(),
+                s,
+                detail,
+            ],
+        )
+        return str(reply["status"])
+
+    async def accept(
+        self,
+        fence: records.Fence,
+        *,
+        choice: records.Choice,
+        decision: Mapping[str, str],
+        replacement: records.Execution,
+        task_recovery: Mapping[str, Any],
+        automatic: bool,
+        request_field: str | None,
+        detail: str,
+        offer: records.Offer | None,
+    ) -> str:
+        """Accept a decision and admit its replacement in one script.
+
+        Returns:
+            `accepted`, `repeated`, `conflict`, `releasing`, `paused`, `not_current` or
+            `no_fence`.
+        """
+        s, e = self.swarm, fence.execution_id
+        reply = await self._run(
+            "accept",
+            [
+                keys.fence(s, e),
+                keys.decision(s, e),
+                keys.execution(s, e),
+                keys.seat(s, fence.seat),
+                keys.task(s, fence.task_id),
+                keys.execution(s, replacement.execution_id),
+                keys.slots(s),
+                keys.accounts(s),
+                keys.paused(s),
+                keys.requests(s),
+                keys.events(s),
+            ],
+            [
+                e,
+                choice.value,
+                json.dumps(dict(decision)),
+                json.dumps(replacement.to_hash()),
+                json.dumps(dict(task_recovery)),
+                "1" if automatic else "0",
+                request_field or "",
+                self.now(),
+                s,
+                detail,
+                json.dumps(offer.to_json()) if offer else "",
+            ],
+        )
+        return str(reply["status"])
+
+    async def launched(self, execution: records.Execution, seat: records.Seat) -> str:
+        """Record that the attempt's Pod was launched: `launched`, `already` or `missing`."""
+        s = self.swarm
+        fenced = seat.fenced_execution_id
+        reply = await self._run(
+            "launched",
+            [
+                keys.execution(s, execution.execution_id),
+                keys.seat(s, seat.seat),
+                keys.attention(s),
+                keys.fence(s, fenced or execution.execution_id),
+            ],
+            [self.now(), seat.seat, "1" if fenced else "0"],
+        )
+        return str(reply["status"])
+
+    async def capture(
+        self,
+        execution: records.Execution,
+        credential_id: str,
+        session_id: str | None,
+        archive_watermark: int | None,
+        checkpoint_id: str | None,
+    ) -> str:
+        """Store a running attempt's capture report: `captured` or `forbidden`."""
+        s = self.swarm
+        reply = await self._run(
+            "capture",
+            [keys.seat(s, execution.seat), keys.execution(s, execution.execution_id)],
+            [
+                execution.execution_id,
+                credential_id,
+                execution.generation,
+                session_id or "",
+                "" if archive_watermark is None else archive_watermark,
+                checkpoint_id or "",
+                self.now(),
+            ],
+        )
+        return str(reply["status"])
+
+    async def outcome(
+        self,
+        execution: records.Execution,
+        task_id: str,
+        credential_id: str,
+        outcome: records.Outcome,
+        task_recovery: Mapping[str, Any],
+        detail: str,
+    ) -> dict[str, Any]:
+        """Store a verified outcome: status `stored`, `repeated`, `conflict`, `mismatch`
+        (with `field`), `forbidden` or `not_replacement`."""
+        s = self.swarm
+        reply: dict[str, Any] = await self._run(
+            "outcome",
+            [
+                keys.seat(s, execution.seat),
+                keys.execution(s, execution.execution_id),
+                keys.outcome(s, execution.execution_id),
+                keys.task(s, task_id),
+                keys.outcomes_by_type(s),
+                keys.events(s),
+            ],
+            [
+                execution.execution_id,
+                credential_id,
+                execution.generation,
+                json.dumps(outcome.to_hash()),
+                json.dumps(dict(task_recovery)),
+                outcome.reported_at,
+                s,
+                detail,
+            ],
+        )
+        return reply
+
+    async def refusal(
+        self, execution: records.Execution, credential_id: str, reason: str, detail: str
+    ) -> str:
+        """Keep a reported restore refusal: `stored`, `forbidden` or `not_replacement`."""
+        s = self.swarm
+        reply = await self._run(
+            "refusal",
+            [
+                keys.seat(s, execution.seat),
+                keys.execution(s, execution.execution_id),
+                keys.refusal(s, execution.execution_id),
+                keys.events(s),
+            ],
+            [
+                execution.execution_id,
+                credential_id,
+                execution.generation,
+                reason,
+                self.now(),
+                s,
+                detail,
+            ],
+        )
+        return str(reply["status"])
+
+    async def record_request(self, request: records.Request) -> bool:
+        """Record a request for the next pass; False when the same one is already recorded."""
+        reply = await self._run(
+            "request",
+            [keys.requests(self.swarm)],
+            [
+                keys.request_field(request.execution_id, request.choice.value),
+                json.dumps(request.to_json()),
+            ],
+        )
+        return bool(reply["status"] == "recorded")
+
+    async def drop_request(self, field: str) -> None:
+        """Drop a request the pass refused."""
+        await self._run("drop_request", [keys.requests(self.swarm)], [field])
+
+    async def settle(self, seat: records.Seat) -> bool:
+        """Take a seat with nothing left to do off the pass's attention set; False when the
+        script found it still busy."""
+        s = self.swarm
+        fenced = seat.fenced_execution_id
+        reply = await self._run(
+            "settle",
+            [
+                keys.attention(s),
+                keys.seat(s, seat.seat),
+                keys.execution(s, seat.current_execution_id),
+                keys.fence(s, fenced or seat.current_execution_id),
+            ],
+            [seat.seat, "1" if fenced else "0"],
+        )
+        return bool(reply["status"] == "settled")
+
+    async def set_paused(self, paused: bool) -> None:
+        """Set or clear the swarm's recovery-paused key."""
+        await self._run("pause", [keys.paused(self.swarm)], ["1" if paused else "0", self.now()])

@@ -1,0 +1,137 @@
+"""The controller lease (DESIGN 3; spec: "every write runs under the controller's lease, so a
+controller that lost its lease changes nothing")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.controller.state import keys, reading, records, scripting
+from tests.integration.controller import harness as h
+from tests.integration.controller.harness import SWARM, first, second
+from tests.integration.controller.test_decisions import snapshot
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def test_each_acquisition_has_its_own_epoch(redis_client: aioredis.Redis) -> None:
+    """DESIGN 3: SET lease HOLDER NX PX ttl, with an epoch from INCR on every acquisition."""
+    rt = h.FakeRuntime()
+    a = h.new_recovery(redis_client, rt, None, ttl_ms=300)
+    b = h.new_recovery(redis_client, rt, None, ttl_ms=300)
+    assert await a.lease.acquire() and a.lease.epoch == 1
+    assert not await b.lease.acquire()
+    assert (await redis_client.get(keys.lease(SWARM))).decode() == a.lease.holder
+    await asyncio.sleep(0.4)
+    assert not a.lease.is_held()
+    assert await b.lease.acquire() and b.lease.epoch == 2
+    assert not await a.lease.renew()
+    assert a.lease.lost.is_set()
+    assert await b.lease.renew()
+
+
+async def test_renewer_keeps_the_lease_past_its_ttl(redis_client: aioredis.Redis) -> None:
+    """A holder that renews keeps the lease; a clean stop gives it up for a standby at once."""
+    a = h.new_recovery(redis_client, h.FakeRuntime(), None, ttl_ms=600)
+    assert await a.lease.acquire()
+    async with a.lease.renewing():
+        await asyncio.sleep(1.0)
+        assert a.lease.is_held()
+        assert await redis_client.get(keys.lease(SWARM)) is not None
+    await a.lease.release()
+    assert await redis_client.get(keys.lease(SWARM)) is None
+
+
+async def test_a_controller_that_loses_its_lease_mid_pass_changes_nothing(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Issue 3 (lease test): two controllers; one loses its lease mid-pass; the stale one's
+    writes are all refused and the Redis contents show none of them."""
+    hx = await h.start(redis_client)
+    a = hx.recovery
+    b = h.new_recovery(redis_client, hx.runtime, hx.checkpoints)
+    await a.report_capture(
+        await hx.worker(first("eng-1")), native_session_id="sess-1", archive_watermark=400
+    )
+    hx.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-7")]
+    hx.runtime.fail(first("eng-1"))
+    hx.runtime.fail(first("eng-2"))
+    at_handover: dict[bytes, object] = {}
+    original = hx.checkpoints.newest_compatible
+
+    async def hand_over(scope: records.AttemptScope, key: str):  # type: ignore[no-untyped-def]
+        # The lease expires under A (a long GC pause, a partition) and B takes over.
+        if not at_handover:
+            await redis_client.delete(keys.lease(SWARM))
+            assert await b.lease.acquire()
+            at_handover.update(await snapshot(redis_client))
+        return await original(scope, key)
+
+    hx.checkpoints.newest_compatible = hand_over  # type: ignore[method-assign]
+    assert a.lease.is_held()  # A's local view still says it holds the lease
+    report = await a.reconcile()
+    assert report.lease_lost
+    assert at_handover and await snapshot(redis_client) == at_handover
+    # Every other write A tries now is refused too, and changes nothing.
+    for write in (
+        a.pause(),
+        a.restore_decision("eng-1", records.Choice.FRESH, None, records.Operator()),
+        a.request_restore_decision("eng-1", records.Choice.FRESH, None, records.Operator()),
+        a.apply_swarm(h.document(text="stale")),
+    ):
+        with pytest.raises(scripting.LeaseLost):
+            await write
+    assert await snapshot(redis_client) == at_handover
+    # B, the holder, finishes the recovery.
+    hx.checkpoints.newest_compatible = original  # type: ignore[method-assign]
+    report = await b.reconcile()
+    assert not report.lease_lost and first("eng-1") in report.accepted
+    d = await reading.decision(redis_client, SWARM, first("eng-1"))
+    assert d is not None and d.controller_epoch == b.lease.epoch
+
+
+async def test_a_standby_writes_nothing(hx: h.Harness) -> None:
+    """DESIGN 3: only the lease holder writes; a standby's pass does nothing and a decision
+    sent to it is refused (UNAVAILABLE) with nothing written."""
+    standby = h.new_recovery(hx.client, hx.runtime, hx.checkpoints)
+    hx.runtime.fail(first("eng-1"))
+    before = await snapshot(hx.client)
+    assert (await standby.reconcile()).standby
+    with pytest.raises(scripting.LeaseLost):
+        await standby.unpause()
+    assert await snapshot(hx.client) == before
+    from services.controller import recovering
+
+    refusal = recovering.refusal_of(scripting.LeaseLost("x"))
+    assert refusal is not None and refusal.kind.value == "unavailable"
+
+
+async def test_run_loop_takes_the_lease_and_reacts_to_failures(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A controller waits as standby, takes the lease when free, runs passes and stops
+    cleanly, giving the lease up."""
+    hx = await h.start(redis_client)
+    await hx.recovery.lease.release()
+    runner = h.new_recovery(redis_client, hx.runtime, hx.checkpoints, ttl_ms=600)
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop, interval_s=0.05))
+    hx.runtime.fail(first("eng-1"))
+
+    async def fenced() -> bool:
+        return await reading.fence(redis_client, SWARM, first("eng-1")) is not None
+
+    await eventually(fenced)
+    stop.set()
+    await asyncio.wait_for(task, 5)
+    assert await redis_client.get(keys.lease(SWARM)) is None
+    assert second("eng-1") not in hx.runtime.specs  # no checkpoint: it waits for a decision
