@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.support.store_server",
     "tests.support.s3",
     "tests.support.k8s_emulator",
+    "tests.support.controller_server",
 ]
 
 

@@ -154,6 +154,9 @@ class ControllerSettings:
     storage: StorageSettings
     lease_ms: int
     pass_interval_ms: int
+    workdir: pathlib.Path
+    pod_template: pathlib.Path | None
+    entry_point: tuple[str, ...]
 
 
 def load_controller(env: Mapping[str, str]) -> ControllerSettings:
@@ -180,6 +183,10 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         storage=load_storage(env),
         lease_ms=_int(env, "LEASE_MS", 10_000, minimum=500),
         pass_interval_ms=_int(env, "PASS_INTERVAL_MS", 2_000, minimum=50),
+        workdir=_absolute_path(env, "WORKDIR")
+        or pathlib.Path(env.get("HOME", "/tmp")) / ".agentihooks" / "workers",
+        pod_template=_absolute_path(env, "POD_TEMPLATE"),
+        entry_point=tuple((_get(env, "ENTRY_POINT") or "agentihooks-restorer entry --").split()),
     )
 
 

@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -258,9 +258,16 @@ class Recovery:
         if await self.writer.pend(fence, plan.offer, detail) == "pending":
             report.pending.append(fence.execution_id)
 
-    async def run(self, stop: asyncio.Event, *, interval_s: float = 2.0) -> None:
+    async def run(
+        self,
+        stop: asyncio.Event,
+        *,
+        interval_s: float = 2.0,
+        on_pass: Callable[[PassReport], None] | None = None,
+    ) -> None:
         """Wait for the lease as a standby, then run passes (on every runtime wake and at least
-        every `interval_s`) while holding it, until `stop` is set."""
+        every `interval_s`) while holding it, until `stop` is set. `on_pass` sees each pass's
+        report (metrics)."""
         while not stop.is_set():
             if not await self.lease.acquire():
                 with contextlib.suppress(TimeoutError):
@@ -273,6 +280,8 @@ class Recovery:
                     while not stop.is_set() and not self.lease.lost.is_set():
                         wake.clear()
                         report = await self.reconcile()
+                        if on_pass is not None:
+                            on_pass(report)
                         if report.lease_lost:
                             break
                         waits = [

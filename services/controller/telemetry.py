@@ -98,3 +98,11 @@ async def read(
         for event_id, fields in entries:
             out.append(Event.from_fields(_text(event_id), records.text_hash(fields)))
     return out
+
+
+async def last_id(client: aioredis.Redis, swarm: str) -> str:
+    """The id of the swarm's newest event, or `0-0` when there is none (watch from now on)."""
+    reply: Any = await client.xrevrange(keys.events(swarm), count=1)
+    if not reply:
+        return "0-0"
+    return _text(reply[0][0])

@@ -1,0 +1,252 @@
+"""The Recovery gRPC service: authenticate, call the swarm's Recovery, translate the answer.
+
+No recovery logic lives here. Refusals from the core pass through `rpc.handled`, which maps them
+to status codes in one place; a write on a replica without the lease answers UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
+
+import grpc
+from agentihooks.swarm.v2 import recovery_pb2 as pb
+from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
+
+from services.common import errors, logs, rpc, tokens
+from services.controller import hub as hubs
+from services.controller import recovering, telemetry
+from services.controller.api import convert
+from services.controller.state import keys, records
+
+SERVICE_NAME = "agentihooks.swarm.v2.Recovery"
+WATCH_BLOCK_MS = 1000
+log = logging.getLogger("services.controller.api")
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+
+
+def _operator(caller: records.Principal) -> None:
+    if not isinstance(caller, records.Operator):
+        raise errors.ForbiddenScope()
+
+
+def _reader(caller: records.Principal, swarm: str) -> None:
+    if isinstance(caller, records.Operator):
+        return
+    if isinstance(caller, records.Master) and caller.swarm == swarm:
+        return
+    raise errors.ForbiddenScope()
+
+
+def _worker(caller: records.Principal) -> records.Worker:
+    if not isinstance(caller, records.Worker):
+        raise errors.ForbiddenScope()
+    return caller
+
+
+async def _core(call: Any) -> Any:
+    """Await a core call, turning a lost lease into UNAVAILABLE."""
+    try:
+        return await call
+    except Exception as exc:
+        refusal = recovering.refusal_of(exc)
+        if refusal is not None and refusal is not exc:
+            raise refusal from None
+        raise
+
+
+class RecoveryService(pb_grpc.RecoveryServicer):
+    """Serves `agentihooks.swarm.v2.Recovery` for every swarm of a Hub."""
+
+    def __init__(self, hub: hubs.Hub) -> None:
+        self._hub = hub
+
+    def register(self, server: grpc.aio.Server) -> None:
+        pb_grpc.add_RecoveryServicer_to_server(self, server)
+
+    async def _caller(self, context: Context, swarm: str | None) -> records.Principal:
+        return await self._hub.principal(tokens.bearer(rpc.metadata(context)), swarm)
+
+    async def _target(self, request: pb.RestoreDecisionRequest) -> tuple[str, str]:
+        """The swarm and the execution-or-seat a decision request names."""
+        target = request.execution_id or request.seat
+        if not target:
+            raise errors.Malformed("malformed", "name the execution_id or the seat")
+        swarm = request.swarm or (keys.swarm_of(request.execution_id) or "")
+        if not swarm:
+            raise errors.Malformed("malformed", "name the swarm")
+        if request.execution_id and keys.swarm_of(request.execution_id) not in (None, swarm):
+            raise errors.Malformed("malformed", "the execution belongs to another swarm")
+        return swarm, target
+
+    @rpc.handled
+    async def ApplySwarm(
+        self, request: pb.ApplySwarmRequest, context: Context
+    ) -> pb.ApplySwarmResponse:
+        _operator(await self._caller(context, None))
+        if not request.document.strip():
+            raise errors.Malformed("malformed", "the swarm document is empty")
+        from services.controller import swarms
+
+        parsed = swarms.parse(request.document)
+        await self._hub.wait_until_leader(parsed.swarm)
+        recovery = await self._hub.recovery(parsed.swarm, create=True)
+        applied = await _core(recovery.apply_swarm(request.document))
+        logs.event(
+            log, "swarm_applied", swarm=applied.swarm, admitted=len(applied.admitted_executions)
+        )
+        return pb.ApplySwarmResponse(
+            swarm=applied.swarm,
+            admitted_executions=list(applied.admitted_executions),
+            updated_seats=list(applied.updated_seats),
+        )
+
+    @rpc.handled
+    async def RestoreDecision(
+        self, request: pb.RestoreDecisionRequest, context: Context
+    ) -> pb.RestoreDecisionResponse:
+        swarm, target = await self._target(request)
+        caller = await self._caller(context, swarm)
+        choice = convert.choice(request.choice)
+        recovery = await self._hub.recovery(swarm)
+        result = await _core(
+            recovery.restore_decision(target, choice, request.agent or None, caller)
+        )
+        return pb.RestoreDecisionResponse(
+            decision=convert.decision(result.decision), repeated=result.repeated
+        )
+
+    @rpc.handled
+    async def RequestRestoreDecision(
+        self, request: pb.RestoreDecisionRequest, context: Context
+    ) -> pb.RequestRestoreDecisionResponse:
+        swarm, target = await self._target(request)
+        caller = await self._caller(context, swarm)
+        choice = convert.choice(request.choice)
+        recovery = await self._hub.recovery(swarm)
+        recorded = await _core(
+            recovery.request_restore_decision(target, choice, request.agent or None, caller)
+        )
+        return pb.RequestRestoreDecisionResponse(
+            execution_id=recorded.execution_id,
+            choice=convert.CHOICE_PB[recorded.choice],
+            recorded=recorded.recorded,
+        )
+
+    @rpc.handled
+    async def GetSwarmStatus(
+        self, request: pb.GetSwarmStatusRequest, context: Context
+    ) -> pb.SwarmStatus:
+        _reader(await self._caller(context, request.swarm), request.swarm)
+        recovery = await self._hub.recovery(request.swarm)
+        return convert.status(await recovery.status(), self._hub.runtime_name)
+
+    @rpc.handled
+    async def WatchRecovery(
+        self, request: pb.WatchRecoveryRequest, context: Context
+    ) -> AsyncIterator[pb.RecoveryEvent]:
+        _reader(await self._caller(context, request.swarm), request.swarm)
+        recovery = await self._hub.recovery(request.swarm)
+        after = request.after or await telemetry.last_id(self._hub.client, request.swarm)
+        while True:
+            for event in await recovery.events(after, block_ms=WATCH_BLOCK_MS):
+                after = event.id
+                yield pb.RecoveryEvent(
+                    id=event.id,
+                    kind=event.kind,
+                    swarm=event.swarm,
+                    seat=event.seat,
+                    execution_id=event.execution_id,
+                    expected_generation=event.expected_generation,
+                    observed_generation=event.observed_generation,
+                    controller_epoch=event.controller_epoch,
+                    detail_json=json.dumps(dict(event.detail), sort_keys=True),
+                    at=event.at,
+                )
+
+    @rpc.handled
+    async def PauseRecovery(
+        self, request: pb.PauseRecoveryRequest, context: Context
+    ) -> pb.PauseState:
+        _operator(await self._caller(context, request.swarm))
+        recovery = await self._hub.recovery(request.swarm)
+        await _core(recovery.pause())
+        logs.event(log, "recovery_paused", swarm=request.swarm)
+        return pb.PauseState(swarm=request.swarm, paused=await recovery.paused())
+
+    @rpc.handled
+    async def UnpauseRecovery(
+        self, request: pb.PauseRecoveryRequest, context: Context
+    ) -> pb.PauseState:
+        _operator(await self._caller(context, request.swarm))
+        recovery = await self._hub.recovery(request.swarm)
+        await _core(recovery.unpause())
+        logs.event(log, "recovery_unpaused", swarm=request.swarm)
+        return pb.PauseState(swarm=request.swarm, paused=await recovery.paused())
+
+    async def _worker_recovery(
+        self, context: Context
+    ) -> tuple[records.Worker, recovering.Recovery]:
+        worker = _worker(await self._caller(context, None))
+        return worker, await self._hub.recovery(worker.credential.swarm)
+
+    @rpc.handled
+    async def GetLaunchRecord(
+        self, request: pb.GetLaunchRecordRequest, context: Context
+    ) -> pb.LaunchRecord:
+        worker, recovery = await self._worker_recovery(context)
+        return convert.launch_record(await recovery.launch_record(worker))
+
+    @rpc.handled
+    async def ReportRestore(
+        self, request_iterator: AsyncIterator[pb.RestoreReport], context: Context
+    ) -> pb.RestoreReportAck:
+        worker, recovery = await self._worker_recovery(context)
+        final: pb.RestoreReport | None = None
+        async for report in request_iterator:
+            kind = report.WhichOneof("report")
+            if kind == "progress":
+                continue
+            if final is not None:
+                raise errors.Malformed(
+                    "malformed", "a restore report carries exactly one outcome or refusal"
+                )
+            final = report
+        if final is None:
+            raise errors.Malformed("malformed", "the stream ended without an outcome or refusal")
+        if final.WhichOneof("report") == "refusal":
+            if not final.refusal.reason:
+                raise errors.Malformed("malformed", "a refusal names its reason")
+            await _core(recovery.report_refusal(worker, final.refusal.reason))
+            return pb.RestoreReportAck()
+        o = final.outcome
+        reported = await _core(
+            recovery.report_restore(
+                worker,
+                recovery=convert.continuity(o.recovery),
+                checkpoint_id=o.checkpoint_id or None,
+                session_id=o.session_id or None,
+                watermark=o.watermark if o.HasField("watermark") else None,
+            )
+        )
+        return pb.RestoreReportAck(
+            outcome=convert.outcome(reported.outcome), repeated=reported.repeated
+        )
+
+    @rpc.handled
+    async def ReportCapture(
+        self, request: pb.ReportCaptureRequest, context: Context
+    ) -> pb.ReportCaptureResponse:
+        worker, recovery = await self._worker_recovery(context)
+        await _core(
+            recovery.report_capture(
+                worker,
+                native_session_id=request.native_session_id or None,
+                archive_watermark=request.archive_watermark if request.archive_watermark else None,
+                checkpoint_id=request.checkpoint_id or None,
+            )
+        )
+        return pb.ReportCaptureResponse()

@@ -1,0 +1,192 @@
+"""The swarms this controller process serves: one `Recovery` per swarm, each under its own lease.
+
+A controller runs every known swarm's recovery loop: it waits as a standby until it holds that
+swarm's lease, then runs passes. Every replica serves reads; writes go through the swarm's
+`Recovery`, which refuses them (UNAVAILABLE) on a replica that does not hold the lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+
+import redis.asyncio as aioredis
+
+from services.common import errors, logs, revocations, tokens
+from services.controller import metrics, recovering, replacing
+from services.controller.pods import runtime as pods
+from services.controller.state import keys, leasing, reading, records
+
+log = logging.getLogger("services.controller.hub")
+
+RecoveryFactory = Callable[[str], recovering.Recovery]
+
+
+class Hub:
+    """Every swarm's `Recovery`, their loops, and who a caller is.
+
+    Args:
+        client: Redis.
+        runtime: Where workers run (shared by every swarm).
+        grant_key: Signs grants and worker credentials.
+        operator_token: The operator's token.
+        worker_image: The current worker image: the checkpoint compatibility key.
+        checkpoints: Where checkpoints are listed (None: no store configured).
+        holder: This process's lease holder id.
+        lease_ttl_ms: Each swarm lease's time to live.
+        pass_interval_s: The longest wait between two passes.
+        store_addr: The checkpoint-store address written into launch records.
+        entry_point: The worker entry point put before each swarm's command.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        runtime: pods.PodRuntime,
+        *,
+        grant_key: str,
+        operator_token: str,
+        worker_image: str,
+        checkpoints: replacing.CheckpointSource | None = None,
+        holder: str | None = None,
+        lease_ttl_ms: int = 10_000,
+        pass_interval_s: float = 2.0,
+        store_addr: str | None = None,
+        entry_point: tuple[str, ...] = (),
+        runtime_name: str = "local",
+    ) -> None:
+        self.client = client
+        self.runtime = runtime
+        self.runtime_name = runtime_name
+        self._grant_key = grant_key
+        self._operator_token = operator_token
+        self._worker_image = worker_image
+        self._checkpoints = checkpoints
+        self.holder = holder or leasing.new_holder()
+        self._lease_ttl_ms = lease_ttl_ms
+        self._interval_s = pass_interval_s
+        self._store_addr = store_addr
+        self._entry_point = entry_point
+        self._revoked = revocations.RedisRevocations(client)
+        self._recoveries: dict[str, recovering.Recovery] = {}
+        self._loops: dict[str, asyncio.Task[None]] = {}
+        self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self.metrics = metrics.Metrics()
+
+    # Swarms.
+
+    def _new(self, swarm: str) -> recovering.Recovery:
+        return recovering.Recovery(
+            self.client,
+            swarm,
+            self.runtime,
+            grant_key=self._grant_key,
+            worker_image=self._worker_image,
+            checkpoints=self._checkpoints,
+            holder=self.holder,
+            lease_ttl_ms=self._lease_ttl_ms,
+            store_addr=self._store_addr,
+            entry_point=self._entry_point,
+        )
+
+    async def recovery(self, swarm: str, *, create: bool = False) -> recovering.Recovery:
+        """The swarm's `Recovery`; its loop is started on first use.
+
+        Raises:
+            errors.NotFound: the swarm was never applied (and `create` is False).
+        """
+        if not keys.is_name(swarm):
+            raise errors.Malformed("malformed", "the swarm name is not valid")
+        async with self._lock:
+            found = self._recoveries.get(swarm)
+            if found is not None:
+                return found
+            if not create and swarm not in await reading.swarm_names(self.client):
+                raise errors.NotFound("swarm_not_found", "no such swarm")
+            recovery = self._new(swarm)
+            self._recoveries[swarm] = recovery
+            self._loops[swarm] = asyncio.create_task(
+                recovery.run(
+                    self._stop,
+                    interval_s=self._interval_s,
+                    on_pass=functools.partial(self.metrics.observe, swarm),
+                ),
+                name=f"recovery-{swarm}",
+            )
+            logs.event(log, "swarm_loop_started", swarm=swarm, holder=self.holder)
+            return recovery
+
+    async def start(self) -> None:
+        """Start the loop of every swarm already applied."""
+        for swarm in await reading.swarm_names(self.client):
+            await self.recovery(swarm)
+
+    async def stop(self) -> None:
+        """Stop every loop and release the leases this process holds."""
+        self._stop.set()
+        loops = list(self._loops.values())
+        for loop in loops:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(loop, timeout=10)
+        for loop in loops:
+            if not loop.done():
+                loop.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+
+    @property
+    def recoveries(self) -> dict[str, recovering.Recovery]:
+        """The swarms this process serves (a copy)."""
+        return dict(self._recoveries)
+
+    async def render_metrics(self) -> bytes:
+        """The Prometheus exposition, with Redis-backed figures read now."""
+        await self.metrics.refresh(self.recoveries)
+        return self.metrics.render()
+
+    def holds_lease(self, swarm: str) -> bool:
+        recovery = self._recoveries.get(swarm)
+        return recovery is not None and recovery.lease.is_held()
+
+    def ready(self) -> bool:
+        """Ready (for /readyz) when this replica holds the lease of every swarm it serves."""
+        return bool(self._recoveries) and all(r.lease.is_held() for r in self._recoveries.values())
+
+    async def wait_until_leader(self, swarm: str, timeout: float = 10.0) -> None:
+        """Wait until this process holds `swarm`'s lease (used after applying a new swarm)."""
+        recovery = await self.recovery(swarm, create=True)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not recovery.lease.is_held():
+            if loop.time() > deadline:
+                raise errors.Unavailable("not_leader", "this controller does not hold the lease")
+            await asyncio.sleep(0.02)
+
+    # Callers.
+
+    async def principal(self, token: str | None, swarm: str | None) -> records.Principal:
+        """Who holds `token`: the operator, a registered master of `swarm`, or an attempt.
+
+        A revoked worker credential (a fenced attempt) is refused with forbidden_scope: a fenced
+        worker keeps no authority. Anything else unknown is unauthenticated.
+        """
+        if not token:
+            raise errors.Unauthenticated("credential missing")
+        if tokens.operator_matches(self._operator_token, token):
+            return records.Operator()
+        if tokens.is_worker_token(token):
+            try:
+                cred = await tokens.check_worker_credential(self._grant_key, token, self._revoked)
+            except errors.Unauthenticated as exc:
+                if exc.message == "credential revoked":
+                    raise errors.ForbiddenScope() from None
+                raise
+            return records.Worker(cred)
+        if swarm and keys.is_name(swarm):
+            master = await reading.master_for_token(self.client, swarm, token)
+            if master is not None:
+                return master
+        raise errors.Unauthenticated("credential invalid")

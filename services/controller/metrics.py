@@ -1,0 +1,103 @@
+"""Prometheus metrics of the controller.
+
+Restore outcomes come from Redis (Recovery.restore_outcomes_by_type), so every replica reports
+the same figures and a restart loses none. Fences, decisions and pass durations are counted by
+the process that did them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from services.controller import recovering
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class _Outcomes(Collector):  # type: ignore[misc]
+    """`agentihooks_restore_outcomes_total{swarm,type}` from the last refresh."""
+
+    def __init__(self) -> None:
+        self.by_swarm: dict[str, dict[str, int]] = {}
+        self.paused: dict[str, bool] = {}
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        outcomes = CounterMetricFamily(
+            "agentihooks_restore_outcomes",
+            "Verified restore outcomes by continuity type",
+            labels=["swarm", "type"],
+        )
+        for swarm, counts in sorted(self.by_swarm.items()):
+            for kind in ("native", "reconstructed", "fresh"):
+                outcomes.add_metric([swarm, kind], counts.get(kind, 0))
+        yield outcomes
+        paused = GaugeMetricFamily(
+            "agentihooks_recovery_paused",
+            "1 while the swarm's recovery-paused key is set",
+            labels=["swarm"],
+        )
+        for swarm, value in sorted(self.paused.items()):
+            paused.add_metric([swarm], 1.0 if value else 0.0)
+        yield paused
+
+
+class Metrics:
+    """The controller's registry and its instruments."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._outcomes = _Outcomes()
+        self.registry.register(self._outcomes)
+        self.fences = Counter(
+            "agentihooks_fences",
+            "Attempts fenced by this controller",
+            ["swarm"],
+            registry=self.registry,
+        )
+        self.decisions = Counter(
+            "agentihooks_decisions",
+            "Decisions accepted by this controller",
+            ["swarm"],
+            registry=self.registry,
+        )
+        self.pending = Counter(
+            "agentihooks_recovery_pending",
+            "Fenced attempts moved to awaiting-decision",
+            ["swarm"],
+            registry=self.registry,
+        )
+        self.launches = Counter(
+            "agentihooks_replacements_launched",
+            "Replacement attempts launched",
+            ["swarm"],
+            registry=self.registry,
+        )
+        self.pass_seconds = Histogram(
+            "agentihooks_recovery_pass_seconds",
+            "Duration of one recovery pass",
+            ["swarm"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+        )
+
+    def observe(self, swarm: str, report: recovering.PassReport) -> None:
+        """Count what one pass did."""
+        if report.standby or report.lease_lost:
+            return
+        self.fences.labels(swarm).inc(len(report.fenced))
+        self.pending.labels(swarm).inc(len(report.pending))
+        self.decisions.labels(swarm).inc(len(report.accepted))
+        self.launches.labels(swarm).inc(len(report.launched))
+        self.pass_seconds.labels(swarm).observe(report.seconds)
+
+    async def refresh(self, recoveries: dict[str, recovering.Recovery]) -> None:
+        """Read the Redis-backed figures of every swarm (before a scrape)."""
+        for swarm, recovery in recoveries.items():
+            self._outcomes.by_swarm[swarm] = await recovery.restore_outcomes_by_type()
+            self._outcomes.paused[swarm] = await recovery.paused()
+
+    def render(self) -> bytes:
+        rendered: bytes = generate_latest(self.registry)
+        return rendered
