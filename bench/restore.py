@@ -1,0 +1,192 @@
+"""Restore of a 200 MiB worktree against `git clone` plus `tar` of the same files, same run.
+
+The fenced attempt's worktree: 160 MiB committed in 2,000 files (pushed to a file:// origin),
+two local commits, an uncommitted change and 40 MiB of untracked files in 1,000 files, plus a
+Claude Code session. It is captured once (not timed) into a local checkpoint folder. Then, in
+alternation, best of three each:
+
+- restore: the restorer's whole native restore into an empty folder: Validator.verify (every
+  object hashed), registration, native session files, clone of the origin, bundle, patch and
+  the untracked files fetched from the store, hashed again and written;
+- baseline: `git clone` of the same origin into an empty folder, then `tar -xf` of a tar of the
+  same untracked files (made beforehand, not timed).
+
+The two run in alternation, five rounds; the ratio is the median of each round's
+restore/baseline (the machines are shared: a round's pair sees the same load).
+Prints the absolute figures, then `RESULT restore ratio=<ratio> target=1.5 ok|short`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "services" / "proto")]
+
+from services.common import directives, settings  # noqa: E402
+from services.restorer import capturing, fetching, launching, restoring  # noqa: E402
+from services.restorer.harness import claude_code  # noqa: E402
+
+TARGET = 1.5
+COMMITTED_FILES, COMMITTED_SIZE = 2000, 80 * 1024
+UNTRACKED_FILES, UNTRACKED_SIZE = 1000, 40 * 1024
+SESSION_ID = "0b0c5d1e-7f3a-4c2b-9a8e-1d2c3b4a5f60"
+ROUNDS = 5
+GIT_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": "/nonexistent",
+    "LC_ALL": "C",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "bench",
+    "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+    "GIT_COMMITTER_NAME": "bench",
+    "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+}
+
+
+def git(cwd: pathlib.Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "init.defaultBranch=main", *args],
+        cwd=cwd,
+        env=GIT_ENV,
+        check=True,
+        capture_output=True,
+    )
+
+
+def fill(root: pathlib.Path, prefix: str, count: int, size: int, rng: random.Random) -> None:
+    """`count` files of `size` bytes, half random and half text, in nested folders."""
+    for index in range(count):
+        path = root / prefix / f"d{index % 40:02d}" / f"f{index:05d}.dat"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        half = size // 2
+        text = (f"line {index} " * (half // 10 + 1)).encode()[:half]
+        path.write_bytes(rng.randbytes(size - half) + text)
+
+
+def build(tmp: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, pathlib.Path]:
+    """The origin, the fenced worktree (with every kind of change) and its harness home."""
+    rng = random.Random(7)
+    seed = tmp / "seed"
+    seed.mkdir()
+    git(seed, "init", "-q")
+    fill(seed, "src", COMMITTED_FILES, COMMITTED_SIZE, rng)
+    git(seed, "add", "-A")
+    git(seed, "commit", "-q", "-m", "base")
+    origin = tmp / "origin.git"
+    git(tmp, "clone", "-q", "--bare", str(seed), str(origin))
+    git(origin, "gc", "-q")
+    shutil.rmtree(seed)
+    worktree = tmp / "fenced" / "worktree"
+    worktree.parent.mkdir()
+    git(tmp, "clone", "-q", origin.as_uri(), str(worktree))
+    (worktree / "src" / "local.txt").write_text("a local commit\n")
+    git(worktree, "add", "-A")
+    git(worktree, "commit", "-q", "-m", "local")
+    (worktree / "src" / "local.txt").write_text("an uncommitted change\n")
+    fill(worktree, "untracked", UNTRACKED_FILES, UNTRACKED_SIZE, rng)
+    home = tmp / "fenced" / "home"
+    folder = home / ".claude" / "projects" / claude_code.project_key(worktree)
+    folder.mkdir(parents=True)
+    lines = [json.dumps({"type": "user", "n": n, "text": "x" * 200}) for n in range(500)]
+    (folder / f"{SESSION_ID}.jsonl").write_text("".join(f"{line}\n" for line in lines))
+    return origin, worktree, home
+
+
+def fake_claude(tmp: pathlib.Path) -> str:
+    path = tmp / "bin" / "claude"
+    path.parent.mkdir()
+    path.write_text(f"#!{sys.executable}\nprint('2.1.3 (Claude Code)')\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+def launch_record(
+    origin: pathlib.Path, claude: str, directive: directives.Directive, execution: tuple[str, int]
+) -> launching.LaunchRecord:
+    return launching.LaunchRecord(
+        scope=launching.Scope("bench", "eng-1", "t-1", 1, *execution),
+        directive=directive,
+        projects=(launching.Project("app", origin.as_uri()),),
+        worker_image="bench:1",
+        harness=claude_code.NAME,
+        restores_from_generation=1,
+        restore_grant="",
+        capture_grant="",
+        command=(claude, "--model", "opus"),
+        checkpoint_remote=False,
+        store_addr=None,
+    )
+
+
+async def restore_once(
+    launch: launching.LaunchRecord, storage: settings.StorageSettings, target: pathlib.Path
+) -> float:
+    attempt = restoring.Attempt(target / "worktree", target, target / "home")
+    attempt.worktree.mkdir(parents=True)
+    attempt.harness_home.mkdir()
+    started = time.perf_counter()
+    async with fetching.granted_store(launch, storage, "") as store:
+        async for event in restoring.restore(launch, attempt, store):
+            result = event
+    elapsed = time.perf_counter() - started
+    if not isinstance(result, restoring.Ready):
+        raise SystemExit(f"restore refused: {result}")
+    return elapsed
+
+
+def baseline_once(origin: pathlib.Path, tar: pathlib.Path, target: pathlib.Path) -> float:
+    target.mkdir(parents=True)
+    started = time.perf_counter()
+    git(target, "clone", "-q", origin.as_uri(), str(target / "worktree"))
+    subprocess.run(["tar", "-xf", str(tar), "-C", str(target / "worktree")], check=True)
+    return time.perf_counter() - started
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="agentihooks-bench-restore-") as name:
+        tmp = pathlib.Path(name)
+        origin, worktree, home = build(tmp)
+        claude = fake_claude(tmp)
+        storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(tmp / "store")})
+        fenced = launch_record(origin, claude, directives.FRESH, ("e-1", 1))
+        attempt = restoring.Attempt(worktree, worktree.parent, home)
+        captured = await capturing.Capturer(fenced, attempt, storage).capture()
+        directive = directives.Directive(
+            captured.checkpoint_id, directives.Continuity.NATIVE, SESSION_ID, captured.watermark
+        )
+        replacement = launch_record(origin, claude, directive, ("e-2", 2))
+        tar = tmp / "untracked.tar"
+        with tarfile.open(tar, "w") as archive:
+            archive.add(worktree / "untracked", arcname="untracked")
+        restores, baselines = [], []
+        for round_ in range(ROUNDS):
+            restores.append(await restore_once(replacement, storage, tmp / f"restore-{round_}"))
+            baselines.append(baseline_once(origin, tar, tmp / f"baseline-{round_}"))
+            shutil.rmtree(tmp / f"restore-{round_}")
+            shutil.rmtree(tmp / f"baseline-{round_}")
+        ratios = sorted(r / b for r, b in zip(restores, baselines, strict=True))
+        ratio = ratios[len(ratios) // 2]
+        total = COMMITTED_FILES * COMMITTED_SIZE + UNTRACKED_FILES * UNTRACKED_SIZE
+        files = COMMITTED_FILES + UNTRACKED_FILES
+        print(f"worktree {total / 2**20:.0f} MiB in {files} files, {ROUNDS} rounds")
+        print("restore  s: " + ", ".join(f"{s:.3f}" for s in restores))
+        print("baseline s: " + ", ".join(f"{s:.3f}" for s in baselines) + " (git clone + tar)")
+        print("ratios    : " + ", ".join(f"{r:.3f}" for r in ratios))
+        verdict = "ok" if ratio <= TARGET else "short"
+        print(f"RESULT restore ratio={ratio:.3f} target={TARGET} {verdict}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,357 @@
+"""Capture: what a later restore needs, on an interval and on demand, objects first, record last.
+
+One capture takes the native session files through the harness adapter, archives the
+transcript up to a watermark (complete records only: a line the harness is still writing is
+left for the next capture), captures the source (commits as a bundle, uncommitted changes as a
+binary patch, untracked files), uploads every object through the attempt's scoped store
+(local folder, S3 or the checkpoint-store service), writes the record last, runs
+`Validator.verify` on the result, and reports the native session id and the archive watermark
+with `Recovery.ReportCapture`. A capture whose material is unchanged since the last one writes
+nothing new.
+
+A checkpoint is native only when it "carries a qualified native session": with a harness
+version not qualified for native resume the capture is context only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import grpc
+from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc
+
+from services.common import logs, settings
+from services.common.checkpoints import records, storing, validation
+from services.restorer import fetching, harness, launching, restoring, retrying, source, transcripts
+from services.restorer.harness import base as harness_base
+
+log = logging.getLogger("services.restorer")
+DEFAULT_INTERVAL_S = 60.0
+
+
+_Native = tuple[records.Native, list[tuple[records.NativeFile, bytes]]] | None
+
+
+class CaptureError(Exception):
+    """A capture that produced no checkpoint; the message is a reason code or `source: …`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Captured:
+    """One capture's checkpoint: `written` is False when nothing had changed since the last.
+
+    `native_session_id` is the session the attempt holds, reported as such even when the
+    checkpoint is context only (its harness version is not qualified for native resume).
+    """
+
+    checkpoint_id: str
+    continuity: str
+    native_session_id: str | None
+    watermark: int
+    written: bool
+
+
+def _complete(files: Sequence[harness_base.SessionFile]) -> list[harness_base.SessionFile]:
+    """Session files cut after their last newline: a record still being written waits."""
+    out = []
+    for item in files:
+        data = item.data
+        if item.path.endswith(".jsonl") and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+        out.append(harness_base.SessionFile(item.path, data))
+    return out
+
+
+class Capturer:
+    """Captures one attempt's checkpoints.
+
+    Args:
+        launch: the attempt's launch record (scope, registration, capture grant, command).
+        attempt: the worktree, attempt folder and harness home.
+        storage: the worker's storage settings (used unless `checkpoint_remote`).
+        control_addr: the controller, for `ReportCapture` (no report when None).
+        worker_credential: the attempt's own credential for the controller.
+    """
+
+    def __init__(
+        self,
+        launch: launching.LaunchRecord,
+        attempt: restoring.Attempt,
+        storage: settings.StorageSettings,
+        *,
+        control_addr: str | None = None,
+        worker_credential: str | None = None,
+        retry: retrying.Retry = retrying.DEFAULT,
+    ) -> None:
+        self._launch = launch
+        self._attempt = attempt
+        self._storage = storage
+        self._control_addr = control_addr
+        self._credential = worker_credential
+        self._retry = retry
+        self._sequence: int | None = None
+        self._last: tuple[Any, Captured] | None = None
+        self._lock = asyncio.Lock()
+        self.wake = asyncio.Event()
+
+    async def run(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        """Capture every `interval_s` seconds, or at once when `wake` is set, until cancelled."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), interval_s)
+            self.wake.clear()
+            try:
+                await self.capture()
+            except CaptureError as error:
+                logs.event(log, "capture_failed", logging.WARNING, reason=str(error))
+            except Exception as error:
+                # The loop outlives one bad capture; the type only, its message may hold paths.
+                logs.event(log, "capture_failed", logging.ERROR, exception=type(error).__name__)
+
+    async def capture(self) -> Captured:
+        """Capture one checkpoint now.
+
+        Raises:
+            CaptureError: no store is configured, the source could not be captured, the store
+                refused the upload, or the written checkpoint does not verify.
+        """
+        grant = self._launch.capture_grant
+        async with self._lock, fetching.granted_store(self._launch, self._storage, grant) as store:
+            if store is None:
+                raise CaptureError(restoring.Refusal.NO_STORE.value)
+            captured = await self._capture(store)
+        if captured.written:
+            logs.event(
+                log,
+                "checkpoint_captured",
+                execution_id=self._launch.scope.execution_id,
+                checkpoint_id=captured.checkpoint_id,
+                continuity=captured.continuity,
+                watermark=captured.watermark,
+            )
+            await self._report(captured)
+        return captured
+
+    async def _capture(self, store: storing.ArtifactStore) -> Captured:
+        launch = self._launch
+        adapter = harness.for_name(launch.harness)
+        held, native, transcript_records = await self._native(adapter)
+        archive = transcripts.archive(transcript_records)
+        watermark = len(transcript_records)
+        captured_source, source_objects = await self._source()
+        objects: dict[str, bytes] = {records.Blob.of(archive).sha256: archive}
+        objects.update(source_objects)
+        if native is not None:
+            objects.update({f.blob.sha256: d for f, d in native[1]})
+        material = (
+            records.Blob.of(archive),
+            watermark,
+            None if native is None else native[0],
+            captured_source,
+        )
+        if self._last is not None and self._last[0] == material:
+            return dataclasses.replace(self._last[1], written=False)
+        sequence, checkpoint_id = await self._free_id(store)
+        scope = launch.scope
+        try:
+            record = records.new_record(
+                checkpoint_id=checkpoint_id,
+                sequence=sequence,
+                authority=records.Authority(
+                    swarm=scope.swarm,
+                    seat=scope.seat,
+                    task_id=scope.task_id,
+                    task_generation=scope.task_generation,
+                    execution_id=scope.execution_id,
+                    execution_generation=scope.execution_generation,
+                ),
+                project=self._project(captured_source),
+                compatibility_key=launch.worker_image,
+                transcript=records.Blob.of(archive),
+                watermark=watermark,
+                native=None if native is None else native[0],
+                source=captured_source,
+            )
+        except ValueError:
+            raise CaptureError("invalid_record") from None
+        await self._upload(store, objects, checkpoint_id, record)
+        captured = Captured(
+            checkpoint_id=checkpoint_id,
+            continuity=record["continuity"],
+            native_session_id=held,
+            watermark=watermark,
+            written=True,
+        )
+        self._last = (material, captured)
+        return captured
+
+    async def _native(self, adapter: harness_base.Harness) -> tuple[str | None, _Native, list[str]]:
+        """The session held, the qualified native session (or None), the complete records."""
+        home, worktree = self._attempt.harness_home, self._attempt.worktree
+        session_id = adapter.native_session_id(home, worktree)
+        if session_id is None:
+            return None, None, []
+        try:
+            files = _complete(adapter.capture_session(home, worktree, session_id))
+            conversation = adapter.transcript_records(files)
+        except (harness_base.HarnessError, transcripts.TranscriptError):
+            return None, None, []
+        try:
+            version = await adapter.read_version(self._launch.command[0])
+        except harness_base.HarnessError:
+            version = ""
+        if not version or not adapter.qualifies(version):
+            return session_id, None, conversation
+        placed = [(records.NativeFile(f.path, records.Blob.of(f.data)), f.data) for f in files]
+        native = records.Native(
+            harness=adapter.name,
+            harness_version=version,
+            native_session_id=session_id,
+            files=tuple(nf for nf, _ in placed),
+        )
+        return session_id, (native, placed), conversation
+
+    async def _source(self) -> tuple[records.Source | None, dict[str, bytes]]:
+        worktree = self._attempt.worktree
+        if not await asyncio.to_thread(os.path.lexists, worktree / ".git"):
+            return None, {}
+        try:
+            captured = await source.capture(worktree)
+        except source.SourceError as error:
+            raise CaptureError(error.reason) from None
+        objects: dict[str, bytes] = {}
+
+        def blob(data: bytes | None) -> records.Blob | None:
+            if data is None:
+                return None
+            found = records.Blob.of(data)
+            objects[found.sha256] = data
+            return found
+
+        untracked = []
+        for item in captured.untracked:
+            found = records.Blob.of(item.data)
+            objects[found.sha256] = item.data
+            untracked.append(records.UntrackedFile(item.path, found, item.mode))
+        project = self._project_named(captured.repository)
+        repository = captured.repository or (project.repository if project else "")
+        recorded = records.Source(
+            repository=repository or restoring.NO_ORIGIN,
+            base_commit=captured.base_commit,
+            head_commit=captured.head_commit,
+            branch=captured.branch or None,
+            bundle=blob(captured.bundle),
+            patch=blob(captured.patch),
+            untracked=tuple(untracked),
+        )
+        return recorded, objects
+
+    def _project_named(self, repository: str) -> launching.Project | None:
+        projects = self._launch.projects
+        for project in projects:
+            if repository and project.repository == repository:
+                return project
+        return projects[0] if projects else None
+
+    def _project(self, captured: records.Source | None) -> str:
+        project = self._project_named(captured.repository if captured else "")
+        if project is None:
+            raise CaptureError("the worker's registration names no project")
+        return project.name
+
+    async def _free_id(self, store: storing.ArtifactStore) -> tuple[int, str]:
+        """The next sequence whose checkpoint id is not taken: a stored checkpoint is
+        authoritative and is never written over (another capturer may share the scope)."""
+        for _ in range(1000):
+            sequence = await self._next_sequence(store)
+            checkpoint_id = f"ckpt-{self._launch.scope.execution_id}-{sequence}"
+            try:
+                taken = await store.get_manifest(checkpoint_id) is not None
+            except storing.StoreError:
+                taken = True
+            except Exception as error:  # the store is down or refused the grant
+                logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+                raise CaptureError("checkpoint store unavailable") from None
+            if not taken:
+                return sequence, checkpoint_id
+        raise CaptureError("no free checkpoint id")
+
+    async def _next_sequence(self, store: storing.ArtifactStore) -> int:
+        if self._sequence is None:
+            mine = re.compile(rf"ckpt-{re.escape(self._launch.scope.execution_id)}-(\d+)")
+            try:
+                ids = await store.list_checkpoint_ids()
+            except Exception as error:  # a store that cannot list still takes new checkpoints
+                logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+                ids = []
+            found = [int(m.group(1)) for i in ids if (m := mine.fullmatch(i))]
+            self._sequence = max(found, default=0)
+        self._sequence += 1
+        return self._sequence
+
+    async def _upload(
+        self,
+        store: storing.ArtifactStore,
+        objects: dict[str, bytes],
+        checkpoint_id: str,
+        record: dict[str, Any],
+    ) -> None:
+        """Objects first, the record last, then the verification of what was written."""
+        try:
+            for sha256, data in objects.items():
+                await store.put_object(
+                    _one(data),
+                    sha256=sha256,
+                    size=len(data),
+                    max_size=self._storage.max_object_bytes,
+                )
+            await store.put_manifest(checkpoint_id, records.encode_manifest(record))
+            verdict = await validation.Validator(store).verify(
+                validation.Expectation(checkpoint_id, self._launch.scope.execution_generation)
+            )
+        except storing.StoreError as error:
+            raise CaptureError(type(error).__name__) from None
+        except Exception as error:  # the store is down or refused the grant
+            logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+            raise CaptureError("checkpoint store unavailable") from None
+        if verdict.reason is not None:
+            raise CaptureError(verdict.reason.value)
+
+    async def _report(self, captured: Captured) -> None:
+        if not self._control_addr or not self._credential:
+            return
+        request = recovery_pb2.ReportCaptureRequest(
+            native_session_id=captured.native_session_id or "",
+            archive_watermark=captured.watermark,
+            checkpoint_id=captured.checkpoint_id,
+        )
+        credential = self._credential
+        async with grpc.aio.insecure_channel(self._control_addr) as channel:
+            stub = recovery_pb2_grpc.RecoveryStub(channel)
+
+            async def call() -> Any:
+                return await stub.ReportCapture(
+                    request, metadata=retrying.bearer(credential), timeout=10.0
+                )
+
+            try:
+                await self._retry.call(call)
+            except grpc.aio.AioRpcError as error:
+                # The checkpoint stands; the next capture reports again.
+                logs.event(
+                    log,
+                    "capture_report_failed",
+                    logging.WARNING,
+                    reason=retrying.reason_of(error),
+                )
+
+
+async def _one(data: bytes) -> AsyncIterator[bytes]:
+    yield data

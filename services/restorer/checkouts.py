@@ -1,0 +1,137 @@
+"""Preparing the checkout: cloning the project into a worktree that has no repository.
+
+A restore clones the project first when the worktree has no repository. The clone is the
+slowest part of a restore and needs nothing the verification decides, so it starts while the
+checkpoint is verified, into a scratch folder in the attempt folder (never the worktree: a
+checkpoint that does not verify leaves the work tree untouched). Once the source step begins,
+the scratch clone's `.git` is moved into the worktree and the source is applied on top of it,
+exactly as if `source.apply` had cloned it itself; a refused or abandoned restore removes the
+scratch clone.
+
+Git runs in `source.git_environment()` (no user or system configuration, no prompts) with
+hooks off and `ext::` transports refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pathlib
+import secrets
+import shutil
+
+from services.restorer import source
+
+_GIT_CONFIG = (
+    "core.hooksPath=/dev/null",
+    "protocol.ext.allow=never",
+    "protocol.file.allow=always",
+    "init.defaultBranch=main",
+)
+
+
+def is_empty(worktree: pathlib.Path) -> bool:
+    """True when the worktree is missing or an empty plain folder."""
+    if not os.path.lexists(worktree):
+        return True
+    return worktree.is_dir() and not worktree.is_symlink() and not any(worktree.iterdir())
+
+
+async def clone(target: pathlib.Path, repository: str, *, checkout: bool = True) -> bool:
+    """Clone `repository` into `target` (created); True on success.
+
+    Nothing git prints is kept: its messages can hold URLs with credentials.
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    args = ["git"]
+    for setting in _GIT_CONFIG:
+        args += ["-c", setting]
+    args += ["clone", "--quiet", "--origin", "origin"]
+    if not checkout:
+        args.append("--no-checkout")
+    args += ["--", repository, str(target)]
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *args,
+            cwd=target.parent,
+            env=source.git_environment(),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+    except OSError:
+        return False
+    try:
+        return await process.wait() == 0
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
+
+
+class EarlyClone:
+    """A `--no-checkout` clone started before the checkpoint is verified.
+
+    Args:
+        attempt_dir: where the scratch clone lives until it is adopted.
+        repository: what to clone.
+    """
+
+    def __init__(self, attempt_dir: pathlib.Path, repository: str) -> None:
+        self.repository = repository
+        self._scratch = attempt_dir / f".agentihooks-clone-{secrets.token_hex(6)}"
+        self._task: asyncio.Task[bool] = asyncio.ensure_future(
+            clone(self._scratch, repository, checkout=False)
+        )
+
+    async def adopt(self, worktree: pathlib.Path) -> bool:
+        """Move the finished clone's repository into the missing or empty `worktree`.
+
+        Returns False (and discards the clone) when it failed or cannot be moved there; the
+        caller then clones as usual.
+        """
+        try:
+            cloned = await self._task
+        except Exception:
+            cloned = False
+        moved = cloned and await asyncio.to_thread(_move_in, self._scratch / ".git", worktree)
+        await self.discard()
+        return moved
+
+    async def discard(self) -> None:
+        """Stop the clone if it still runs and remove the scratch folder."""
+        if not self._task.done():
+            self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._task
+        await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+
+
+def _move_in(repository: pathlib.Path, worktree: pathlib.Path) -> bool:
+    """Move a `.git` folder into a missing or empty worktree; False when it cannot be."""
+    if not is_empty(worktree):
+        return False
+    created = not os.path.lexists(worktree)
+    try:
+        worktree.mkdir(parents=True, exist_ok=True)
+        os.rename(repository, worktree / ".git")
+    except OSError:
+        if created:
+            with contextlib.suppress(OSError):
+                worktree.rmdir()
+        return False
+    return True
+
+
+def undo(worktree: pathlib.Path, was_missing: bool) -> None:
+    """Remove what a failed restore put into a worktree that was missing or empty."""
+    if was_missing:
+        shutil.rmtree(worktree, ignore_errors=True)
+        return
+    for child in list(worktree.iterdir()):
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

@@ -1,0 +1,437 @@
+"""The restore, in the spec's order, as an async generator of steps ending in Ready or Refused.
+
+"The worker entry point runs the restore after its checkout is prepared and before the
+supervisor starts the harness": verify → registration → native state → source → continuation.
+
+- verify: `Validator.verify` through the store granted to this attempt; with no store and a
+  directive naming a checkpoint, `no checkpoint store is configured for this worker`.
+- registration: the checkpoint's project must be one of the registration's projects.
+- native (native directives): the checkpoint must be native (`context_only`), its session the
+  directive's (`conversation_mismatch`), the harness version qualified (`unqualified_version`)
+  and equal to the captured one (`version_changed`); only then do the session files land in the
+  harness home. Every native check runs before anything is written, and native state lands
+  before source state, so each of these refusals leaves the work tree and the harness home
+  untouched.
+- source: committed and uncommitted source applied to the worktree (cloned first when it has
+  no repository); any failure is `source: …`.
+- continuation (reconstructed directives): `continuation.txt`, mode 0600, owned by the worker
+  user, passed as the opening prompt after the line `Continue from this recorded conversation.
+  Native resume was unavailable.`
+
+A refusal stops the restore: it never falls back on its own to a weaker kind of continuity.
+Objects are fetched from the store by SHA-256 and hashed again as they are read, so bytes that
+changed after the verification are refused (`corrupt_object`), never written.
+
+Two things start while the Validator runs, because they need no verdict and write nothing it
+guards: reading the objects the restore will write (`fetching.Objects`), and cloning the
+registered project into a scratch folder when the worktree has no repository
+(`checkouts.EarlyClone`); a refused restore discards both.
+
+Where the spec's table has no row, the closest row is used and said so where it happens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import enum
+import logging
+import os
+import pathlib
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from services.common import directives, logs
+from services.common.checkpoints import reasons, records, storing, validation
+from services.restorer import (
+    checkouts,
+    fetching,
+    harness,
+    launching,
+    paths,
+    source,
+    transcripts,
+)
+from services.restorer.harness import base as harness_base
+
+log = logging.getLogger("services.restorer")
+Continuity = directives.Continuity
+
+
+class Refusal(enum.StrEnum):
+    """The restorer's own refusal reasons (the Validator's verdicts are `reasons.Reason`)."""
+
+    CONTEXT_ONLY = "context_only"
+    CONVERSATION_MISMATCH = "conversation_mismatch"
+    UNQUALIFIED_VERSION = "unqualified_version"
+    VERSION_CHANGED = "version_changed"
+    NO_STORE = "no checkpoint store is configured for this worker"
+    # Not in the spec's table: the store could not be read at all (down, grant revoked). It
+    # says nothing about the checkpoint, so no table reason would be true.
+    STORE_UNAVAILABLE = "checkpoint store unavailable"
+
+
+NO_ORIGIN = "none:"
+"""The repository a capture records when the worktree has no origin and the project names
+none; its bundle then holds the full history, so a restore initialises instead of cloning."""
+
+MAX_ARGUMENT_BYTES = 128 * 1024
+"""Linux's limit on one process argument (MAX_ARG_STRLEN), its terminating NUL included."""
+TOO_LONG = "continuation: the opening prompt is longer than one process argument can carry"
+
+STEPS = ("directive", "verify", "registration", "native", "source", "continuation")
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step's progress: `started`, `done` or `skipped`."""
+
+    step: str
+    status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    """The restore delivered its directive; `command` is what the supervisor runs in `cwd`."""
+
+    recovery: Continuity
+    command: tuple[str, ...] = dataclasses.field(repr=False)
+    checkpoint_id: str | None
+    session_id: str | None
+    watermark: int | None
+    cwd: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """The restore stopped the launch; `reason` is a reason of the spec's table."""
+
+    reason: str
+
+
+Event = Step | Ready | Refused
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """Where this attempt's restore writes."""
+
+    worktree: pathlib.Path
+    attempt_dir: pathlib.Path
+    harness_home: pathlib.Path
+
+
+class _Stop(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+# --- the restore -----------------------------------------------------------------------------
+
+
+async def restore(
+    launch: launching.LaunchRecord,
+    attempt: Attempt,
+    store: storing.ArtifactStore | None,
+) -> AsyncIterator[Event]:
+    """Restore what the directive promises; yields each step, then one Ready or Refused.
+
+    Args:
+        launch: the attempt's launch record (its directive's fields already agree).
+        attempt: the worktree, the attempt folder and the harness home.
+        store: the store granted to this attempt, or None when none is configured.
+    """
+    run = _Run(launch, attempt, store)
+    try:
+        async for step in run.steps():
+            yield step
+    except _Stop as stop:
+        yield Refused(stop.reason)
+        return
+    finally:
+        await run.close()
+    yield run.ready()
+
+
+class _Run:
+    """One restore's state between its steps."""
+
+    def __init__(
+        self,
+        launch: launching.LaunchRecord,
+        attempt: Attempt,
+        store: storing.ArtifactStore | None,
+    ) -> None:
+        self.launch = launch
+        self.directive = launch.directive
+        self.attempt = attempt
+        self.store = store
+        self.record: Mapping[str, Any] = {}
+        self.command: tuple[str, ...] = launch.command
+        self._objects = None if store is None else fetching.Objects(store)
+        self._early_clone: checkouts.EarlyClone | None = None
+
+    async def steps(self) -> AsyncIterator[Step]:
+        kind = self.directive.recovery
+        for name, applies, action in (
+            ("directive", True, self._directive),
+            ("verify", kind is not Continuity.FRESH, self._verify),
+            ("registration", kind is not Continuity.FRESH, self._registration),
+            ("native", kind is Continuity.NATIVE, self._native),
+            ("source", True, self._source),
+            ("continuation", kind is Continuity.RECONSTRUCTED, self._continuation),
+        ):
+            if not applies:
+                yield Step(name, "skipped")
+                continue
+            yield Step(name, "started")
+            done = await action()
+            yield Step(name, "done" if done else "skipped")
+        if any(len(word.encode()) >= MAX_ARGUMENT_BYTES for word in self.command):
+            # execve refuses an argument this long (E2BIG): stop here, before the outcome is
+            # reported as delivered, rather than fail once the harness is started.
+            raise _Stop(TOO_LONG)
+        self._bootstrap()
+
+    def ready(self) -> Ready:
+        d = self.directive
+        return Ready(
+            recovery=d.recovery,
+            command=self.command,
+            checkpoint_id=d.checkpoint_id,
+            session_id=d.session_id if d.recovery is Continuity.NATIVE else None,
+            watermark=d.watermark,
+            cwd=str(self.attempt.worktree),
+        )
+
+    def _bootstrap(self) -> None:
+        """Mark the harness's first-run onboarding completed, so the first turn is reached."""
+        try:
+            self._harness().prepare_home(self.attempt.harness_home)
+        except (harness_base.HarnessError, OSError) as error:
+            raise _Stop(
+                str(error)
+                if isinstance(error, harness_base.HarnessError)
+                else "harness: the harness home could not be prepared"
+            ) from None
+
+    def _harness(self) -> harness_base.Harness:
+        try:
+            return harness.for_name(self.launch.harness)
+        except ValueError:
+            raise _Stop(f"{launching.MALFORMED_RECORD}: unknown harness") from None
+
+    async def _directive(self) -> bool:
+        why = directives.problem(self.directive)
+        if why is not None:
+            raise _Stop(f"{directives.MALFORMED}: {why}")
+        return True
+
+    async def _verify(self) -> bool:
+        checkpoint_id = self.directive.checkpoint_id
+        assert checkpoint_id is not None  # an agreeing non-fresh directive names one
+        if self.store is None:
+            raise _Stop(Refusal.NO_STORE)
+        expectation = validation.Expectation(checkpoint_id, self.launch.restores_from_generation)
+        try:
+            self._start_early(await self.store.get_manifest(checkpoint_id))
+            verdict = await validation.Validator(self.store).verify(expectation)
+            manifest = await self.store.get_manifest(checkpoint_id)
+        except Exception as error:  # any storage failure ends in one refusal
+            logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+            raise _Stop(Refusal.STORE_UNAVAILABLE) from None
+        if verdict.reason is not None:
+            raise _Stop(verdict.reason.value)
+        # The record used below is the one verified: read again, it must still hash the same.
+        try:
+            record, claimed = records.decode_manifest(manifest or b"")
+            intact = records.record_sha256(record) == claimed and records.check(record) is None
+        except ValueError:
+            intact = False
+        if not intact or record.get("checkpoint_id") != checkpoint_id:
+            raise _Stop(reasons.Reason.CORRUPT_MANIFEST)
+        transcript = record["transcript"]
+        if transcript.get("watermark") != self.directive.watermark:
+            # The directive names a cursor this checkpoint does not hold: it is not the record
+            # the directive names (closest row: identity_mismatch).
+            raise _Stop(reasons.Reason.IDENTITY_MISMATCH)
+        self.record = record
+        return True
+
+    async def _registration(self) -> bool:
+        if self.launch.project(self.record["project"]) is None:
+            # No row names a project outside the registration. The record belongs to work
+            # this worker is not registered for, which is what scope_mismatch says of another
+            # task: the closest row.
+            raise _Stop(reasons.Reason.SCOPE_MISMATCH)
+        return True
+
+    async def _native(self) -> bool:
+        native = self.record.get("native")
+        if self.record["continuity"] != "native" or native is None:
+            raise _Stop(Refusal.CONTEXT_ONLY)
+        if native["native_session_id"] != self.directive.session_id:
+            raise _Stop(Refusal.CONVERSATION_MISMATCH)
+        adapter = self._harness()
+        if native["harness"] != adapter.name:
+            # Another harness's session cannot be reopened by this one: the replacement's
+            # harness differs from the captured one (closest row: version_changed).
+            raise _Stop(Refusal.VERSION_CHANGED)
+        try:
+            version = await adapter.read_version(self.launch.command[0])
+        except harness_base.HarnessError:
+            # A harness that cannot name its version is not a qualified one.
+            raise _Stop(Refusal.UNQUALIFIED_VERSION) from None
+        if not adapter.qualifies(version):
+            raise _Stop(Refusal.UNQUALIFIED_VERSION)
+        if version != native["harness_version"]:
+            raise _Stop(Refusal.VERSION_CHANGED)
+        session_id = native["native_session_id"]
+        try:
+            command = adapter.resume_command(self.launch.command, session_id)
+        except harness_base.HarnessError as error:
+            raise _Stop(str(error)) from None
+        files = [
+            harness_base.SessionFile(item["path"], await self._fetch(item))
+            for item in native["files"]
+        ]
+        try:
+            adapter.restore_session(self.attempt.harness_home, self.attempt.worktree, files)
+        except (harness_base.HarnessError, paths.UnsafePath):
+            # The session files cannot be placed inside the harness home as the harness reads
+            # them: the record does not hold a usable session (the adapter checks every path
+            # before writing any).
+            raise _Stop(reasons.Reason.INVALID_RECORD) from None
+        except OSError:
+            raise _Stop(reasons.Reason.INVALID_RECORD) from None
+        self.command = tuple(command)
+        return True
+
+    def _start_early(self, manifest: bytes | None) -> None:
+        """Start what needs no verdict while the Validator runs: reads and the clone.
+
+        Both write nothing the verdict guards: objects are only read (and hashed again), and
+        the clone goes into a scratch folder of the attempt folder, adopted by the worktree
+        only once the source step begins.
+        """
+        try:
+            record, _ = records.decode_manifest(manifest or b"")
+            entries = list(records.inventory(record))
+            project = self.launch.project(record.get("project", ""))
+            captured = record.get("source")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        wanted = {"source_bundle", "source_patch", "untracked"}
+        if self.directive.recovery is Continuity.NATIVE:
+            wanted.add("native_session")
+        if self.directive.recovery is Continuity.RECONSTRUCTED:
+            wanted.add("transcript")
+        assert self._objects is not None
+        self._objects.read_early((sha, size) for role, sha, size in entries if role in wanted)
+        # Only the registration's repository (the controller's word) is cloned this early:
+        # a repository named by a record not yet verified is never contacted.
+        repository = project.repository if project is not None else ""
+        if isinstance(captured, dict) and repository and checkouts.is_empty(self.attempt.worktree):
+            self._early_clone = checkouts.EarlyClone(self.attempt.attempt_dir, repository)
+
+    async def close(self) -> None:
+        """Stop early work nobody used: reads, and a clone the worktree did not adopt."""
+        if self._objects is not None:
+            await self._objects.aclose()
+        if self._early_clone is not None:
+            await self._early_clone.discard()
+            self._early_clone = None
+
+    async def _fetch(self, entry: Mapping[str, Any]) -> bytes:
+        assert self._objects is not None
+        try:
+            return await self._objects.get(entry["sha256"], entry["size"])
+        except fetching.Unusable as unusable:
+            raise _Stop(unusable.reason) from None
+        except Exception as error:  # see _verify
+            logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+            raise _Stop(Refusal.STORE_UNAVAILABLE) from None
+
+    async def _source(self) -> bool:
+        if self.directive.recovery is Continuity.FRESH:
+            return await self._fresh_checkout()
+        captured = self.record.get("source")
+        if captured is None:
+            return False
+        repository = _repository(self.launch.project(self.record["project"]), captured)
+        untracked = [
+            source.UntrackedFile(item["path"], item["mode"], await self._fetch(item))
+            for item in captured.get("untracked", [])
+        ]
+        capture = source.SourceCapture(
+            repository=captured["repository"],
+            branch=captured.get("branch") or "",
+            base_commit=captured["base_commit"],
+            head_commit=captured["head_commit"],
+            bundle=await self._optional(captured.get("bundle")),
+            patch=await self._optional(captured.get("patch")),
+            untracked=tuple(untracked),
+        )
+        worktree = self.attempt.worktree
+        was_missing = not await asyncio.to_thread(os.path.lexists, worktree)
+        adopted = False
+        early, self._early_clone = self._early_clone, None
+        if early is not None:
+            if early.repository == repository:
+                adopted = await early.adopt(worktree)
+            else:
+                await early.discard()
+        try:
+            await source.apply(worktree, capture, repository)
+        except source.SourceError as error:
+            if adopted:
+                # What the early clone put there goes too: the worktree was missing or empty.
+                checkouts.undo(worktree, was_missing)
+            raise _Stop(error.reason) from None
+        return True
+
+    async def _optional(self, entry: Mapping[str, Any] | None) -> bytes | None:
+        return None if entry is None else await self._fetch(entry)
+
+    async def _fresh_checkout(self) -> bool:
+        """A fresh attempt restores nothing, but still gets its project's checkout."""
+        projects = [p for p in self.launch.projects if p.repository]
+        worktree = self.attempt.worktree
+        if len(projects) != 1 or not checkouts.is_empty(worktree):
+            return False
+        if not await checkouts.clone(worktree, projects[0].repository):
+            raise _Stop("source: clone failed")
+        return True
+
+    async def _continuation(self) -> bool:
+        adapter = self._harness()
+        try:
+            adapter.opening_prompt_command(self.launch.command, "")
+        except harness_base.HarnessError as error:
+            raise _Stop(str(error)) from None
+        transcript = self.record["transcript"]
+        data = await self._fetch(transcript)
+        try:
+            text = transcripts.continuation_text(data)
+        except transcripts.TranscriptError:
+            # The bytes are the captured ones (their hash matched) but no prompt can carry
+            # them: the record's transcript is not a usable archive.
+            raise _Stop(reasons.Reason.INVALID_RECORD) from None
+        try:
+            owner = os.stat(self.attempt.attempt_dir)
+            transcripts.write_continuation(
+                self.attempt.attempt_dir, text, uid=owner.st_uid, gid=owner.st_gid
+            )
+        except OSError:
+            raise _Stop("continuation: continuation.txt could not be written") from None
+        self.command = tuple(adapter.opening_prompt_command(self.launch.command, text))
+        return True
+
+
+def _repository(project: launching.Project | None, captured: Mapping[str, Any]) -> str:
+    """Where the project is cloned from: the registration's repository, else the record's."""
+    recorded = captured.get("repository")
+    if not isinstance(recorded, str) or recorded == NO_ORIGIN:
+        recorded = ""
+    return (project.repository if project else "") or recorded
