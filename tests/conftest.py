@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.support.s3",
     "tests.support.k8s_emulator",
     "tests.support.controller_server",
+    "tests.support.browser",
 ]
 
 

@@ -78,11 +78,12 @@ def status_text(status: pb.SwarmStatus) -> str:
         lines.append("")
         lines.append("Handoff outcomes")
         for h in status.handoffs:
-            offer = h.resume_label if h.resume_available else "fresh only"
-            lines.append(
-                f"  {h.seat}: {h.reason}  [{h.decision}]  "
-                f"offer: {offer}  continuity: {h.continuity}"
-            )
+            line = f"  {h.seat}: {h.reason}  [{h.decision}]"
+            if h.decision == "recovery_pending":
+                line += f"  offer: {h.resume_label if h.resume_available else 'fresh only'}"
+            else:
+                line += f"  replacement: {h.replacement_execution_id or '-'}"
+            lines.append(f"{line}  continuity: {h.continuity}")
     counts = dict(status.restore_outcomes_by_type)
     lines.append("")
     lines.append(

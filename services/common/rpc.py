@@ -133,10 +133,13 @@ async def start_server(
     return server, port
 
 
-async def wait_for_termination(stop_grace_s: float = 5.0, *servers: grpc.aio.Server) -> None:
-    """Run until SIGTERM or SIGINT, then stop `servers` with a grace period."""
+async def wait_for_termination(
+    stop_grace_s: float = 5.0, *servers: grpc.aio.Server, stopping: asyncio.Event | None = None
+) -> None:
+    """Run until SIGTERM or SIGINT (or `stopping` is set), then stop `servers` with a grace
+    period."""
     loop = asyncio.get_running_loop()
-    stopping = asyncio.Event()
+    stopping = stopping or asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
     await stopping.wait()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import sys
 from collections.abc import Mapping
 
 PREFIX = "AGENTIHOOKS_"
@@ -159,6 +160,18 @@ class ControllerSettings:
     entry_point: tuple[str, ...]
 
 
+def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
+    """The worker entry point the controller launches: in a Pod the image's
+    `agentihooks-restorer entry` (the sidecar is its own container); on this machine a whole
+    worker (sidecar and entry) run by this same interpreter."""
+    value = _get(env, "ENTRY_POINT")
+    if value is not None:
+        return tuple(value.split())
+    if runtime == "kubernetes":
+        return ("agentihooks-restorer", "entry")
+    return (sys.executable, "-m", "services.restorer.main", "worker")
+
+
 def load_controller(env: Mapping[str, str]) -> ControllerSettings:
     """Read the controller's settings."""
     runtime = _get(env, "RUNTIME") or "local"
@@ -186,7 +199,7 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         workdir=_absolute_path(env, "WORKDIR")
         or pathlib.Path(env.get("HOME", "/tmp")) / ".agentihooks" / "workers",
         pod_template=_absolute_path(env, "POD_TEMPLATE"),
-        entry_point=tuple((_get(env, "ENTRY_POINT") or "agentihooks-restorer entry --").split()),
+        entry_point=_entry_point(env, runtime),
     )
 
 

@@ -84,7 +84,7 @@ class Context:
         grant_key: The key grants and worker credentials are signed with.
         worker_image: The controller's current worker image: the compatibility key.
         store_addr: The checkpoint-store address written into launch records.
-        entry_point: Put before the swarm's command (the worker entry point), if any.
+        entry_point: The worker entry point launched in place of the swarm's command, if any.
     """
 
     client: aioredis.Redis
@@ -179,7 +179,9 @@ def launch_spec(
         execution_id=execution.execution_id,
         generation=execution.generation,
         image=execution.image or config.worker_image,
-        command=(*ctx.entry_point, *config.command),
+        # The entry point runs the restore first and then the swarm's command, which it reads
+        # from the launch record; without one (tests) the command runs as it is.
+        command=ctx.entry_point or tuple(config.command),
         worker_credential=worker_token(ctx.grant_key, execution),
         env=env,
     )
@@ -424,7 +426,8 @@ async def launch_record(ctx: Context, caller: records.Principal) -> LaunchRecord
         task_generation=held.task_generation,
         execution_id=held.execution_id,
         execution_generation=held.generation,
-        rights=frozenset({tokens.Right.WRITE}),
+        # Read too: a capture verifies what it wrote through the same grant.
+        rights=frozenset({tokens.Right.READ, tokens.Right.WRITE}),
         grant_id=held.capture_grant_id,
     )
     restore: str | None = None
@@ -449,7 +452,7 @@ async def launch_record(ctx: Context, caller: records.Principal) -> LaunchRecord
         restores_from_generation=held.restores_from_generation,
         restore_grant=restore,
         capture_grant=capture,
-        command=(*ctx.entry_point, *config.command),
+        command=tuple(config.command),
         checkpoint_remote=config.checkpoint_remote,
         store_addr=ctx.store_addr,
         task_text=held.task_text,

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.common import errors, logs, rpc, settings
-from services.restorer import capturing, entry, launching, restoring, sidecar
+from services.restorer import capturing, entry, launching, local_worker, restoring, sidecar
 
 log = logging.getLogger("services.restorer")
 
@@ -44,7 +44,23 @@ def _result_json(result: restoring.Ready | restoring.Refused) -> dict[str, Any]:
     }
 
 
-async def _serve(conf: settings.RestorerSettings, capture_interval_s: float) -> None:
+async def _exit_with(pid: int, stopping: asyncio.Event) -> None:
+    """Set `stopping` once process `pid` is gone: a sidecar started beside a worker outside
+    Kubernetes ends with it, as a native sidecar ends with its Pod's main container."""
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            stopping.set()
+            return
+        except PermissionError:
+            pass
+        await asyncio.sleep(0.5)
+
+
+async def _serve(
+    conf: settings.RestorerSettings, capture_interval_s: float, exit_with: int | None = None
+) -> None:
     capturers: list[capturing.Capturer] = []
     tasks: list[asyncio.Task[None]] = []
 
@@ -71,8 +87,11 @@ async def _serve(conf: settings.RestorerSettings, capture_interval_s: float) -> 
             capturer.wake.set()
 
     loop.add_signal_handler(signal.SIGUSR1, capture_now)
+    stopping = asyncio.Event()
+    if exit_with is not None:
+        tasks.append(asyncio.create_task(_exit_with(exit_with, stopping), name="exit-with"))
     try:
-        await rpc.wait_for_termination(5.0, server)
+        await rpc.wait_for_termination(5.0, server, stopping=stopping)
     finally:
         for task in tasks:
             task.cancel()
@@ -157,10 +176,12 @@ def main(argv: list[str] | None = None) -> None:
         default=capturing.DEFAULT_INTERVAL_S,
         help="seconds between captures once restored (0: no captures)",
     )
+    serve.add_argument("--exit-with", type=int, metavar="PID", help="stop when process PID is gone")
     for name, text in (
         ("restore", "restore once in this process and print the result as JSON"),
         ("capture", "capture one checkpoint now and print it as JSON"),
         ("entry", "the worker entry point: restore through the sidecar, then run the harness"),
+        ("worker", "a whole worker outside Kubernetes: start the sidecar, then the entry point"),
     ):
         sub = commands.add_parser(name, help=text)
         sub.add_argument("--worktree", default=os.getcwd(), help="the task worktree")
@@ -174,8 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure("restorer")
     conf = _settings(os.environ, getattr(args, "listen", None))
     if args.command == "serve":
-        asyncio.run(_serve(conf, args.capture_interval))
+        asyncio.run(_serve(conf, args.capture_interval, args.exit_with))
         return
+    if args.command == "worker":
+        local_worker.run(os.environ)
     worktree = _worktree(args.worktree)
     if args.command == "restore":
         raise SystemExit(asyncio.run(_restore_once(conf, worktree)))

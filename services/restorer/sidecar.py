@@ -275,7 +275,10 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
     ) -> None:
         """Report (when remote), log, count, then publish the result."""
         execution_id = launch.scope.execution_id if launch else ""
-        if remote:
+        # A seat's first attempt (generation 1) replaces nobody: there is no recovery whose
+        # outcome the controller waits for, so it has nothing to report.
+        first_attempt = launch is not None and launch.scope.execution_generation == 1
+        if remote and not first_attempt:
             await self._restoration.publish(restoring.Step("report", "started"))
             refused = await self._report(execution_id, [*self._restoration.events, result])
             if refused is not None:
@@ -287,7 +290,7 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
             self.metrics.outcome(result.recovery)
             logs.event(
                 log,
-                "restore_verified" if remote else "restore_ready",
+                "restore_verified" if remote and not first_attempt else "restore_ready",
                 execution_id=execution_id,
                 recovery=result.recovery.value,
                 checkpoint_id=result.checkpoint_id,

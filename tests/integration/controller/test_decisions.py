@@ -189,7 +189,7 @@ async def test_launch_record_grants_read_fenced_scope_and_write_own(waiting: h.H
     assert (restore.execution_id, restore.execution_generation) == (first("eng-1"), 1)
     assert restore.rights == {tokens.Right.READ}
     assert (capture.execution_id, capture.execution_generation) == (second("eng-1"), 2)
-    assert capture.rights == {tokens.Right.WRITE}
+    assert capture.rights == {tokens.Right.READ, tokens.Right.WRITE}
 
 
 # Repeated and conflicting.

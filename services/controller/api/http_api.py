@@ -1,0 +1,342 @@
+"""The controller's HTTP API: restore decisions, swarm status, metrics, health and the ledger page.
+
+This layer only translates: it reads a bearer credential and a JSON body, asks the hub who the
+caller is, calls the swarm's `Recovery`, and writes JSON. Refusals become HTTP statuses in one
+place (`STATUS`); anything unexpected becomes `500 internal error` and is logged by type only,
+because an exception's message may hold values that must never reach a caller or a log.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import html
+import importlib.resources
+import json
+import logging
+import re
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Final
+
+from aiohttp import web
+
+from services.common import errors, logs, tokens
+from services.controller import hub as controller_hub
+from services.controller import metrics, recovering
+from services.controller.state import keys, reading, records
+
+log = logging.getLogger("services.controller.http")
+
+HUB: Final = web.AppKey("hub", controller_hub.Hub)
+
+MAX_BODY_BYTES: Final = 64 * 1024
+"""A decision body is a few dozen bytes; anything near this is not one."""
+
+STATUS: Final[Mapping[errors.Kind, int]] = {
+    errors.Kind.MALFORMED: 400,
+    errors.Kind.UNAUTHENTICATED: 401,
+    errors.Kind.FORBIDDEN: 403,
+    errors.Kind.NOT_FOUND: 404,
+    errors.Kind.REFUSED: 409,
+    errors.Kind.TOO_LARGE: 413,
+    errors.Kind.UNAVAILABLE: 503,
+}
+"""The one mapping of refusal kinds to HTTP statuses."""
+
+CHOICES: Final = {c.value: c for c in records.Choice}
+BODY_FIELDS: Final = frozenset({"choice", "agent"})
+
+_NO_STORE: Final = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"}
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# Errors.
+
+
+def _json(data: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response(data, status=status, headers={**_NO_STORE, **(headers or {})})
+
+
+def refusal_response(refusal: errors.Refusal) -> web.Response:
+    """A refusal as `{"reason": …, "message": …}` with the status of its kind."""
+    headers = {"WWW-Authenticate": "Bearer"} if refusal.kind is errors.Kind.UNAUTHENTICATED else {}
+    return _json(
+        {"reason": refusal.reason, "message": refusal.message}, STATUS[refusal.kind], headers
+    )
+
+
+def _route(request: web.Request) -> str:
+    # The route's template, not the path: a path carries caller-chosen text.
+    info = request.match_info.route.resource
+    return info.canonical if info is not None else "unmatched"
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            return refusal_response(errors.NotFound("not_found", "no such route"))
+        if exc.status < 400:
+            raise
+        # Routing answers (405 and the like): same JSON shape, aiohttp's status and headers.
+        reason = (exc.reason or "error").lower()
+        return _json(
+            {"reason": reason.replace(" ", "_"), "message": reason},
+            exc.status,
+            {k: v for k, v in exc.headers.items() if k.lower() == "allow"},
+        )
+    except Exception as exc:
+        refusal = recovering.refusal_of(exc)
+        if refusal is not None:
+            return refusal_response(refusal)
+        logs.event(
+            log,
+            "http_failed",
+            logging.ERROR,
+            method=request.method,
+            route=_route(request),
+            exception=type(exc).__name__,
+        )
+        return _json({"reason": "internal", "message": "internal error"}, 500)
+
+
+# Callers and bodies.
+
+
+async def _caller(request: web.Request, swarm: str | None) -> records.Principal:
+    token = tokens.bearer({"authorization": request.headers.get("Authorization", "")})
+    return await request.app[HUB].principal(token, swarm)
+
+
+def _may_read(caller: records.Principal, swarm: str) -> bool:
+    """The operator, or a registered master of this swarm, may read its status."""
+    if isinstance(caller, records.Operator):
+        return True
+    return isinstance(caller, records.Master) and caller.swarm == swarm
+
+
+async def _body(request: web.Request) -> Mapping[str, Any]:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise errors.TooLarge("too_large", "the request body is too large") from None
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise errors.Malformed("malformed", "the request body is not JSON") from None
+    if not isinstance(body, dict):
+        raise errors.Malformed("malformed", "the request body must be a JSON object")
+    unknown = set(body) - BODY_FIELDS
+    if unknown:
+        # A misspelt `agent` must not quietly become a decision in the operator's name.
+        raise errors.Malformed("malformed", "unknown field: " + ", ".join(sorted(unknown)))
+    return body
+
+
+def _decision_request(body: Mapping[str, Any]) -> tuple[records.Choice, str | None]:
+    choice = body.get("choice")
+    if not isinstance(choice, str) or choice not in CHOICES:
+        raise errors.Malformed("malformed", 'choice must be "resume" or "fresh"')
+    agent = body.get("agent")
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        raise errors.Malformed("malformed", "agent must be a non-empty string")
+    return CHOICES[choice], agent
+
+
+# The API.
+
+
+async def restore_decision(request: web.Request) -> web.Response:
+    """`POST /v1/executions/{execution}/restore-decision`: choose resume or fresh now."""
+    execution = request.match_info["execution"]
+    swarm = keys.swarm_of(execution)
+    if swarm is None:
+        raise errors.NotFound("execution_not_found", "no such execution")
+    caller = await _caller(request, swarm)
+    choice, agent = _decision_request(await _body(request))
+    recovery = await request.app[HUB].recovery(swarm)
+    result = await recovery.restore_decision(execution, choice, agent, caller)
+    return _json({**result.decision.to_json(), "repeated": result.repeated})
+
+
+def status_json(status: reading.SwarmStatus, runtime: str) -> dict[str, Any]:
+    """The status in the shape of `agentihooks swarm NAME status --json`, plus each card's
+    restore refusal (the reason a replacement's restore stopped, if it did)."""
+    return {
+        "swarm": status.swarm,
+        "paused": status.paused,
+        "runtime": runtime,
+        "tasks": [
+            {
+                "task_id": t.task_id,
+                "seat": t.seat,
+                "text": t.text,
+                "awaiting": t.awaiting,
+                "recovery": dict(t.recovery) if t.recovery is not None else None,
+            }
+            for t in status.tasks
+        ],
+        "seats": [
+            {
+                "seat": s.seat,
+                "execution_id": s.current_execution_id,
+                "generation": s.generation,
+                "state": s.state.value,
+            }
+            for s in status.seats
+        ],
+        "handoffs": [
+            {
+                "seat": c.seat,
+                "execution_id": c.execution_id,
+                "failure": c.failure,
+                "reason": c.reason,
+                "checkpoint": c.checkpoint or None,
+                "resume_available": c.resume_available,
+                "resume_label": c.resume_label,
+                "continuity": c.continuity,
+                "decision": c.decision,
+                "replacement_execution_id": c.replacement_execution_id or None,
+                "refusal": c.refusal,
+            }
+            for c in status.handoffs
+        ],
+        "restore_outcomes_by_type": dict(status.restore_outcomes_by_type),
+    }
+
+
+async def swarm_status(request: web.Request) -> web.Response:
+    """`GET /v1/swarms/{swarm}/status`: tasks, seats and handoff cards (operator or master)."""
+    swarm = request.match_info["swarm"]
+    caller = await _caller(request, swarm)
+    if not _may_read(caller, swarm):
+        raise errors.ForbiddenScope()
+    hub = request.app[HUB]
+    status = await (await hub.recovery(swarm)).status()
+    return _json(status_json(status, hub.runtime_name))
+
+
+async def render_metrics(request: web.Request) -> web.Response:
+    """`GET /metrics`: the Prometheus exposition (no credential: it holds only counts)."""
+    body = await request.app[HUB].render_metrics()
+    return web.Response(body=body, headers={"Content-Type": metrics.CONTENT_TYPE})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """`GET /healthz`: 200 while this process serves."""
+    return _json({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """`GET /readyz`: 200 only on the lease holder, so the Service sends decisions to it."""
+    if request.app[HUB].ready():
+        return _json({"status": "ready"})
+    raise errors.Unavailable("not_leader", "this controller does not hold the lease")
+
+
+# Pages.
+
+
+def _hash_of(pattern: str, page: str) -> str:
+    found = re.search(pattern, page, re.DOTALL)
+    if found is None:
+        raise RuntimeError("the ledger page lost its inline block")
+    digest = hashlib.sha256(found.group(1).encode()).digest()
+    return "'sha256-" + base64.b64encode(digest).decode() + "'"
+
+
+def _page() -> tuple[bytes, str]:
+    """The ledger page and a CSP that allows exactly its own inline script and style."""
+    page = importlib.resources.files(__package__).joinpath("ledger.html").read_text()
+    script = _hash_of(r"<script>(.*?)</script>", page)
+    style = _hash_of(r"<style>(.*?)</style>", page)
+    policy = (
+        f"default-src 'none'; script-src {script}; style-src {style}; connect-src 'self'; "
+        "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+    return page.encode(), policy
+
+
+LEDGER_PAGE, LEDGER_POLICY = _page()
+INDEX_POLICY: Final = "default-src 'none'; img-src data:; base-uri 'none'; frame-ancestors 'none'"
+_PAGE_HEADERS: Final = {**_NO_STORE, "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
+
+
+def _html(body: bytes, policy: str, status: int = 200) -> web.Response:
+    headers = {**_PAGE_HEADERS, "Content-Security-Policy": policy}
+    return web.Response(
+        body=body, status=status, content_type="text/html", charset="utf-8", headers=headers
+    )
+
+
+async def index(request: web.Request) -> web.Response:
+    """`GET /`: a link to each applied swarm's ledger page."""
+    names = await reading.swarm_names(request.app[HUB].client)
+    items = "".join(
+        f'<li><a href="/swarms/{urllib.parse.quote(n)}/ledger">{html.escape(n)}</a></li>'
+        for n in names
+        if keys.is_name(n)
+    )
+    listing = f"<ul>{items}</ul>" if items else "<p>No swarm has been applied yet.</p>"
+    page = (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        '<link rel="icon" href="data:,"><title>agentihooks controller</title></head>'
+        f"<body><h1>Swarm ledgers</h1>{listing}</body></html>"
+    )
+    return _html(page.encode(), INDEX_POLICY)
+
+
+async def ledger(request: web.Request) -> web.Response:
+    """`GET /swarms/{swarm}/ledger`: the ledger page (its data comes from the status route)."""
+    swarm = request.match_info["swarm"]
+    if not keys.is_name(swarm) or swarm not in await reading.swarm_names(request.app[HUB].client):
+        raise errors.NotFound("swarm_not_found", "no such swarm")
+    return _html(LEDGER_PAGE, LEDGER_POLICY)
+
+
+# Serving.
+
+
+def make_app(hub: controller_hub.Hub) -> web.Application:
+    """The controller's HTTP application over `hub`."""
+    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+    app[HUB] = hub
+    app.router.add_post("/v1/executions/{execution}/restore-decision", restore_decision)
+    app.router.add_get("/v1/swarms/{swarm}/status", swarm_status)
+    app.router.add_get("/metrics", render_metrics)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/", index)
+    app.router.add_get("/swarms/{swarm}/ledger", ledger)
+    return app
+
+
+def _host_port(listen: str) -> tuple[str, int]:
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"the HTTP address must be HOST:PORT, not {listen!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+async def start_http(hub: controller_hub.Hub, listen: str) -> tuple[web.AppRunner, int]:
+    """Serve the HTTP API on `listen` (HOST:PORT; port 0 picks a free port).
+
+    Returns:
+        The runner (call `await runner.cleanup()` to stop) and the port it listens on.
+    """
+    host, port = _host_port(listen)
+    runner = web.AppRunner(make_app(hub), handle_signals=False)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    bound = int(runner.addresses[0][1])
+    logs.event(log, "http_listening", host=host, port=bound)
+    return runner, bound

@@ -1,0 +1,163 @@
+"""`agentihooks-controller`: the recovery controller (gRPC on 50051, HTTP on 8080)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Mapping
+
+import redis.asyncio as aioredis
+import yaml
+
+from services.common import logs, rpc, settings
+from services.common.checkpoints import backends
+from services.controller import hub as hubs
+from services.controller import replacing
+from services.controller.api import grpc_api, http_api
+from services.controller.pods import runtime as pods
+
+log = logging.getLogger("services.controller")
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.PodRuntime]:
+    """The configured worker runtime: Kubernetes (in-cluster or kubeconfig) or local processes."""
+    if conf.runtime == "kubernetes":
+        from kubernetes_asyncio import client, config
+
+        from services.controller.pods import kubernetes, templates
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            await config.load_kube_config()
+        template = templates.default_pod_template()
+        if conf.pod_template is not None:
+            template = yaml.safe_load(conf.pod_template.read_text())
+        api = client.ApiClient()
+        runtime = kubernetes.KubernetesRuntime(api, conf.namespace, template)
+        try:
+            yield runtime
+        finally:
+            await runtime.aclose()
+            await api.close()
+        return
+    from services.controller.pods import local
+
+    worker_env = {
+        k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+    }
+    host, _, port = conf.listen.rpartition(":")
+    # Workers on this machine reach a wildcard listener on loopback.
+    reachable = "127.0.0.1" if host in ("0.0.0.0", "[::]", "::") else host  # noqa: S104
+    worker_env[settings.PREFIX + "CONTROL_ADDR"] = f"{reachable}:{port}"
+    if conf.store_addr:
+        worker_env[settings.PREFIX + "STORE_ADDR"] = conf.store_addr
+    for name in ("CHECKPOINT_ROOT", "CHECKPOINT_BUCKET", "S3_ENDPOINT_URL", "CAPTURE_INTERVAL_S"):
+        if settings.PREFIX + name in os.environ:
+            worker_env[settings.PREFIX + name] = os.environ[settings.PREFIX + name]
+    conf.workdir.mkdir(parents=True, exist_ok=True)
+    runtime = local.LocalRuntime(conf.workdir, base_env=worker_env)
+    try:
+        yield runtime
+    finally:
+        await runtime.aclose()
+
+
+async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None = None) -> None:
+    """Run the controller until SIGTERM."""
+    client = aioredis.Redis.from_url(conf.redis_url)
+    backend = backends.open_backend(
+        str(conf.storage.checkpoint_root) if conf.storage.checkpoint_root else None,
+        conf.storage.checkpoint_bucket,
+        conf.storage.s3_endpoint_url,
+    )
+    checkpoints = replacing.BackendCheckpoints(backend) if backend is not None else None
+    try:
+        async with open_runtime(conf) as runtime:
+            hub = hubs.Hub(
+                client,
+                runtime,
+                grant_key=conf.grant_key,
+                operator_token=conf.operator_token,
+                worker_image=conf.worker_image,
+                checkpoints=checkpoints,
+                lease_ttl_ms=conf.lease_ms,
+                pass_interval_s=conf.pass_interval_ms / 1000,
+                store_addr=conf.store_addr,
+                entry_point=conf.entry_point,
+                runtime_name=conf.runtime,
+            )
+            service = grpc_api.RecoveryService(hub)
+            server, port = await rpc.start_server(
+                conf.listen, [service.register], [grpc_api.SERVICE_NAME]
+            )
+            runner, http_port = await http_api.start_http(hub, conf.http)
+            await hub.start()
+            logs.event(
+                log,
+                "listening",
+                service="controller",
+                port=port,
+                http_port=http_port,
+                runtime=conf.runtime,
+                holder=hub.holder,
+                checkpoint_store="configured" if checkpoints else "none",
+            )
+            if ready is not None:
+                ready.set()
+            try:
+                await rpc.wait_for_termination(5.0, server)
+            finally:
+                await hub.stop()
+                await runner.cleanup()
+    finally:
+        if backend is not None:
+            await backend.aclose()
+        await client.aclose()
+    logs.event(log, "stopped", service="controller")
+
+
+def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> None:
+    """Entry point of `agentihooks-controller`."""
+    parser = argparse.ArgumentParser(prog="agentihooks-controller", description=__doc__)
+    parser.add_argument("--listen", help="gRPC HOST:PORT (default 127.0.0.1:50051)")
+    parser.add_argument("--http", help="HTTP HOST:PORT (default 127.0.0.1:8080)")
+    parser.add_argument(
+        "--print-settings", action="store_true", help="print the settings (no secrets) and exit"
+    )
+    args = parser.parse_args(argv)
+    logs.configure("controller")
+    values = dict(env if env is not None else os.environ)
+    if args.listen:
+        values[settings.PREFIX + "CONTROL_ADDR"] = args.listen
+    if args.http:
+        values[settings.PREFIX + "HTTP_ADDR"] = args.http
+    try:
+        conf = settings.load_controller(values)
+    except settings.SettingsError as exc:
+        print(f"agentihooks-controller: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if args.print_settings:
+        print(
+            json.dumps(
+                {
+                    "listen": conf.listen,
+                    "http": conf.http,
+                    "runtime": conf.runtime,
+                    "worker_image": conf.worker_image,
+                    "namespace": conf.namespace,
+                }
+            )
+        )
+        return
+    asyncio.run(serve(conf))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""`make demo`: the main job on the embedded default, start to finish, on this machine.
+
+It starts a local redis-server, the checkpoint store (local folder) and the controller (local
+worker runtime), applies a two-seat swarm whose workers run a stand-in for Claude Code, and then
+shows what an operator sees:
+
+- eng-1 holds a native session and a checkpoint is captured; its worker crashes; the controller
+  fences it and resumes it natively without asking; the replacement reports `native`.
+- eng-2 crashes before any conversation; it waits for a decision (fresh only); the operator
+  chooses fresh with the CLI; the replacement reports `fresh`.
+
+Everything lives in `.demo/` (logs, checkpoints, worker folders) and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+ROOT = pathlib.Path.cwd() / ".demo"
+SWARM = "demo"
+IMAGE = "agentihooks-worker:demo"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_port(port: int, what: str, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"demo: {what} exited early; see {log}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"demo: {what} did not start; see {log}")
+
+
+def _git(*args: str, cwd: pathlib.Path) -> None:
+    env = {
+        **os.environ,
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_AUTHOR_NAME": "demo",
+        "GIT_AUTHOR_EMAIL": "demo@localhost",
+        "GIT_COMMITTER_NAME": "demo",
+        "GIT_COMMITTER_EMAIL": "demo@localhost",
+    }
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+def _project() -> pathlib.Path:
+    """A small project repository the workers clone."""
+    src = ROOT / "project-src"
+    src.mkdir()
+    _git("init", "-q", "-b", "main", cwd=src)
+    (src / "README.md").write_text("# demo project\n")
+    _git("add", ".", cwd=src)
+    _git("commit", "-q", "-m", "initial", cwd=src)
+    bare = ROOT / "project.git"
+    _git("clone", "-q", "--bare", str(src), str(bare), cwd=ROOT)
+    return bare
+
+
+def _agent_bin() -> pathlib.Path:
+    bin_dir = ROOT / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "claude"
+    source = pathlib.Path(__file__).with_name("demo_agent.py").read_text()
+    agent.write_text(f"#!{sys.executable}\n{source}")
+    agent.chmod(0o755)
+    return bin_dir
+
+
+class Demo:
+    def __init__(self) -> None:
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.operator_token = secrets.token_urlsafe(24)
+        self.grant_key = secrets.token_urlsafe(48)
+        self.control_port = _port()
+        self.http_port = _port()
+        self.store_port = _port()
+        self.redis_port = _port()
+
+    def start(self, name: str, argv: list[str], env: Mapping[str, str], port: int) -> None:
+        log = ROOT / f"{name}.log"
+        proc = subprocess.Popen(
+            argv,
+            env=dict(env),
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.procs.append((name, proc))
+        _wait_port(port, name, proc, log)
+        print(f"  started {name} on 127.0.0.1:{port} (log: {log.relative_to(ROOT.parent)})")
+
+    def stop(self) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name, proc in reversed(self.procs):
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                print(f"  {name} did not stop in time; killing it")
+                proc.kill()
+
+    def cli_env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "AGENTIHOOKS_CONTROL_ADDR": f"127.0.0.1:{self.control_port}",
+            "AGENTIHOOKS_TOKEN": self.operator_token,
+        }
+
+    def cli(self, *args: str, show: bool = True) -> str:
+        if show:
+            print(f"\n$ agentihooks {' '.join(args)}")
+        done = subprocess.run(
+            [sys.executable, "-m", "services.cli.main", *args],
+            env=self.cli_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"demo: agentihooks {' '.join(args)} failed: {done.stderr.strip()}")
+        if show:
+            print(done.stdout.rstrip())
+        return done.stdout
+
+    def status(self) -> dict[str, Any]:
+        return dict(json.loads(self.cli("swarm", SWARM, "status", "--json", show=False)))
+
+    def wait_for(
+        self, what: str, check: Callable[[dict[str, Any]], bool], timeout: float = 60
+    ) -> None:
+        print(f"  waiting until {what} ...", flush=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check(self.status()):
+                return
+            time.sleep(0.3)
+        raise SystemExit(f"demo: timed out waiting until {what}; logs are in {ROOT}")
+
+
+def _card(status: dict[str, Any], seat: str) -> dict[str, Any] | None:
+    cards = [c for c in status["handoffs"] if c["seat"] == seat]
+    return cards[-1] if cards else None
+
+
+def main() -> None:
+    redis = shutil.which("redis-server")
+    if redis is None:
+        raise SystemExit("demo: redis-server is not installed (make setup installs it)")
+    if ROOT.exists():
+        shutil.rmtree(ROOT)
+    ROOT.mkdir()
+    demo = Demo()
+    print("Starting the embedded default: local Redis, local checkpoint folder, local workers")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIHOOKS_")}
+    common = {
+        **base,
+        "AGENTIHOOKS_REDIS_URL": f"redis://127.0.0.1:{demo.redis_port}/0",
+        "AGENTIHOOKS_GRANT_KEY": demo.grant_key,
+        "AGENTIHOOKS_CHECKPOINT_ROOT": str(ROOT / "checkpoints"),
+    }
+    try:
+        demo.start(
+            "redis",
+            [
+                redis,
+                "--port",
+                str(demo.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(ROOT),
+            ],
+            base,
+            demo.redis_port,
+        )
+        demo.start(
+            "checkpoint-store",
+            [
+                sys.executable,
+                "-m",
+                "services.checkpoint_store.main",
+                "--listen",
+                f"127.0.0.1:{demo.store_port}",
+            ],
+            common,
+            demo.store_port,
+        )
+        bin_dir = _agent_bin()
+        controller_env = {
+            **common,
+            "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+            "AGENTIHOOKS_OPERATOR_TOKEN": demo.operator_token,
+            "AGENTIHOOKS_WORKER_IMAGE": IMAGE,
+            "AGENTIHOOKS_RUNTIME": "local",
+            "AGENTIHOOKS_WORKDIR": str(ROOT / "workers"),
+            "AGENTIHOOKS_STORE_ADDR": f"127.0.0.1:{demo.store_port}",
+            "AGENTIHOOKS_CAPTURE_INTERVAL_S": "0.5",
+            "AGENTIHOOKS_PASS_INTERVAL_MS": "300",
+            "AGENTIHOOKS_LEASE_MS": "3000",
+        }
+        demo.start(
+            "controller",
+            [
+                sys.executable,
+                "-m",
+                "services.controller.main",
+                "--listen",
+                f"127.0.0.1:{demo.control_port}",
+                "--http",
+                f"127.0.0.1:{demo.http_port}",
+            ],
+            controller_env,
+            demo.control_port,
+        )
+        project = _project()
+        document = ROOT / "swarm.yaml"
+        document.write_text(
+            f"""swarm: {SWARM}
+worker_image: "{IMAGE}"
+harness: claude_code
+command: ["claude"]
+restore_automation: true
+checkpoint_remote: true
+projects:
+  - name: app
+    repository: "{project}"
+accounts:
+  - name: demo-account
+    slots: 4
+seats:
+  - seat: eng-1
+    task: {{text: "Write the progress notes", awaiting: worker}}
+  - seat: eng-2
+    task: {{text: "Review the README", awaiting: worker}}
+"""
+        )
+        demo.cli("swarm", SWARM, "apply", str(document))
+        print("\neng-1 holds a native session; its worker captures a checkpoint, then crashes.")
+        print("eng-2 crashes before any conversation started.")
+        demo.wait_for(
+            "eng-1 is resumed natively and its replacement reports",
+            lambda s: (c := _card(s, "eng-1")) is not None and c["continuity"] == "native",
+            timeout=90,
+        )
+        demo.wait_for(
+            "eng-2 waits for a decision",
+            lambda s: (c := _card(s, "eng-2")) is not None and c["decision"] == "recovery_pending",
+        )
+        demo.cli("swarm", SWARM, "status")
+        print("\nNo checkpoint can resume eng-2 (fresh only): the operator chooses fresh.")
+        demo.cli("swarm", SWARM, "restore-decision", "eng-2", "fresh")
+        demo.wait_for(
+            "eng-2's fresh replacement reports",
+            lambda s: (c := _card(s, "eng-2")) is not None and c["continuity"] == "fresh",
+        )
+        demo.cli("swarm", SWARM, "status")
+        final = demo.status()
+        resumed = list((ROOT / "workers" / SWARM).glob("*.eng-1.2/work/RESUMED"))
+        notes = list((ROOT / "workers" / SWARM).glob("*.eng-1.2/work/notes.md"))
+        print("\nWhat the replacement of eng-1 found:")
+        for path in resumed + notes:
+            print(f"  {path.relative_to(ROOT.parent)}: {path.read_text().strip()}")
+        for log in sorted((ROOT / "workers" / SWARM).glob("*/sidecar.log")):
+            for line in log.read_text().splitlines():
+                if '"restore_verified"' in line:
+                    print(f"  {log.parent.name} sidecar: {line}")
+        counts = final["restore_outcomes_by_type"]
+        ok = counts.get("native") == 1 and counts.get("fresh") == 1 and resumed and notes
+        print(f"\nrestore outcomes: {counts}")
+        if not ok:
+            raise SystemExit(f"demo: the recovery did not end as expected; logs are in {ROOT}")
+        print("\ndemo finished: one native resume, one fresh replacement, nothing lost.")
+    finally:
+        print("\nStopping the demo's services.")
+        demo.stop()
+
+
+if __name__ == "__main__":
+    main()
