@@ -40,11 +40,11 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
         if conf.pod_template is not None:
             template = yaml.safe_load(conf.pod_template.read_text())
         api = client.ApiClient()
-        runtime = kubernetes.KubernetesRuntime(api, conf.namespace, template)
+        cluster = kubernetes.KubernetesRuntime(api, conf.namespace, template)
         try:
-            yield runtime
+            yield cluster
         finally:
-            await runtime.aclose()
+            await cluster.aclose()
             await api.close()
         return
     from services.controller.pods import local
