@@ -30,6 +30,7 @@ from agentihooks.swarm.v2 import types_pb2
 from services.cli import rendering
 
 DEFAULT_CONTROL_ADDR = "127.0.0.1:50051"
+IDLE_S = 1.0
 CHOICES = {"resume": types_pb2.CHOICE_RESUME, "fresh": types_pb2.CHOICE_FRESH}
 
 
@@ -143,11 +144,16 @@ async def _dispatch(
         stream = stub.WatchRecovery(
             pb.WatchRecoveryRequest(swarm=swarm, after=args.after), metadata=creds
         )
-        async for event in stream:
+        events = aiter(stream)
+        while True:
+            try:
+                # Without --follow: print what is recorded, then stop once the stream is quiet.
+                wait = None if args.follow else IDLE_S
+                event = await asyncio.wait_for(anext(events), wait)
+            except (TimeoutError, StopAsyncIteration):
+                stream.cancel()
+                return 0
             print(json.dumps(rendering.event_json(event)), flush=True)
-            if not args.follow and event.kind == "caught_up":
-                break
-        return 0
     raise CliError(f"unknown command {args.command}")
 
 
