@@ -189,4 +189,11 @@ class Hub:
             master = await reading.master_for_token(self.client, swarm, token)
             if master is not None:
                 return master
+        # A master of another swarm is still a known caller: the checks that follow refuse it
+        # with forbidden_scope rather than calling its credential invalid.
+        for other in await reading.swarm_names(self.client):
+            if other != swarm:
+                master = await reading.master_for_token(self.client, other, token)
+                if master is not None:
+                    return master
         raise errors.Unauthenticated("credential invalid")
