@@ -26,12 +26,13 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 5.0)
 async def test_each_acquisition_has_its_own_epoch(redis_client: aioredis.Redis) -> None:
     """DESIGN 3: SET lease HOLDER NX PX ttl, with an epoch from INCR on every acquisition."""
     rt = h.FakeRuntime()
-    a = h.new_recovery(redis_client, rt, None, ttl_ms=300)
-    b = h.new_recovery(redis_client, rt, None, ttl_ms=300)
+    # TTLs leave room for a loaded machine: the checks between acquisitions must not outlast them.
+    a = h.new_recovery(redis_client, rt, None, ttl_ms=1500)
+    b = h.new_recovery(redis_client, rt, None, ttl_ms=1500)
     assert await a.lease.acquire() and a.lease.epoch == 1
     assert not await b.lease.acquire()
     assert (await redis_client.get(keys.lease(SWARM))).decode() == a.lease.holder
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(1.6)
     assert not a.lease.is_held()
     assert await b.lease.acquire() and b.lease.epoch == 2
     assert not await a.lease.renew()
@@ -41,10 +42,10 @@ async def test_each_acquisition_has_its_own_epoch(redis_client: aioredis.Redis) 
 
 async def test_renewer_keeps_the_lease_past_its_ttl(redis_client: aioredis.Redis) -> None:
     """A holder that renews keeps the lease; a clean stop gives it up for a standby at once."""
-    a = h.new_recovery(redis_client, h.FakeRuntime(), None, ttl_ms=600)
+    a = h.new_recovery(redis_client, h.FakeRuntime(), None, ttl_ms=1500)
     assert await a.lease.acquire()
     async with a.lease.renewing():
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(3.2)
         assert a.lease.is_held()
         assert await redis_client.get(keys.lease(SWARM)) is not None
     await a.lease.release()
