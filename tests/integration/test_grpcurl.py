@@ -58,7 +58,7 @@ async def test_grpcurl_call_without_grant_is_refused(
     store_server: store_server.StoreServer,
 ) -> None:
     """Every store call needs a grant: without one grpcurl shows Unauthenticated."""
-    code, out, err = await _grpcurl(
+    code, _out, err = await _grpcurl(
         "-plaintext",
         "-d",
         '{"checkpoint_id": "ckpt-7"}',
