@@ -99,13 +99,21 @@ async def report_restore(
 
 
 async def report_refusal(ctx: replacing.Context, caller: records.Principal, reason: str) -> None:
-    """Keep a replacement's reported restore refusal for status.
+    """Keep a replacement's reported restore refusal for status; it holds the attempt.
 
     The decision stays accepted and the task's awaiting does not change: the fenced attempt's
-    claim and the accepted decision are left in place for the master or operator.
+    claim and the accepted decision are left in place for the master or operator. While the
+    refusal is kept the recovery pass neither fences nor replaces the replacement, even after
+    its worker exits non-zero (its seat reads `restore_refused`); once the operator has fixed
+    the cause and deleted the failed worker, the pass clears the refusal and launches the same
+    execution again (see `recovering`). A verified outcome stored later clears it too.
 
     Raises:
-        errors.ForbiddenScope, errors.Refused, scripting.LeaseLost: as `report_restore`.
+        errors.ForbiddenScope: as `report_restore`.
+        errors.Refused: not a replacement, or a verified outcome is stored already
+            (`outcome_conflict`).
+        errors.Malformed: no reason, or one longer than any of the spec's.
+        scripting.LeaseLost: this replica is not the lease holder.
     """
     held, cred = await replacing.current_attempt(ctx, caller)
     if not reason or len(reason) > 200:

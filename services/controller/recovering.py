@@ -7,6 +7,24 @@ applies recorded decision requests and drops them. Each step is idempotent and r
 controller killed between any two writes and restarted finishes the work without doing any of
 it twice. A controller that lost its lease changes nothing: its pass stops at the first refused
 write.
+
+Refused restores are held. A replacement that reported a restore refusal is neither fenced nor
+replaced, even once its worker exits non-zero: the accepted decision stays in place for the
+master or operator (choosing again returns the same decision and replacement), its seat reads
+`restore_refused`, its card shows the refusal and the task keeps `recovery_pending`. The operator
+fixes the cause and deletes the failed worker (``kubectl delete pod …``); when the attempt is then
+missing from the runtime's list for `MISSING_PASSES` consecutive passes, the pass clears the
+refusal and launches the same execution again (same directive, execution id and generation),
+with a `recovery` event (`action: relaunch`). It relaunches once per disappearance: a relaunched
+attempt is held again only by a new refusal.
+
+Missing attempts. Every launched, current, unfenced attempt is expected in the runtime's list
+(`keys.expected`, read before the list so a launch during the pass is not counted). One that
+holds no refusal and is missing for `MISSING_PASSES` consecutive passes (two, so a Pod still
+being created is not taken for a lost one) is fenced with reason `evicted`: its Pod was removed
+from under it, by a node drain or anyone else, and a restarted Kubernetes runtime no longer
+remembers why. An attempt whose worker finished (exited 0) is expected no longer, so cleaning
+up its Pod fences nothing. An attempt admitted but not launched yet is launched, as before.
 """
 
 from __future__ import annotations
@@ -23,13 +41,18 @@ import redis.asyncio as aioredis
 
 from services.common import directives, errors, logs
 from services.controller import deciding, decisions, outcomes, replacing, swarms, telemetry
+from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
-from services.controller.state import leasing, reading, records, scripting, writing
+from services.controller.state import keys, leasing, reading, records, scripting, writing
 
 log = logging.getLogger("services.controller.recovery")
 
 CONCURRENT_SEATS = 32
 """How many seats one pass works on at once."""
+
+MISSING_PASSES = 2
+"""Consecutive passes an expected attempt must be missing from the runtime's list before the pass
+acts on it (fences it evicted, or relaunches a refused replacement)."""
 
 
 @dataclasses.dataclass
@@ -42,6 +65,12 @@ class PassReport:
     pending: list[str] = dataclasses.field(default_factory=list)
     accepted: list[str] = dataclasses.field(default_factory=list)
     launched: list[str] = dataclasses.field(default_factory=list)
+    held: list[str] = dataclasses.field(default_factory=list)
+    """Failed replacements left alone because they reported a restore refusal."""
+    missing: list[str] = dataclasses.field(default_factory=list)
+    """Expected attempts the runtime's list did not show (counted towards `MISSING_PASSES`)."""
+    relaunched: list[str] = dataclasses.field(default_factory=list)
+    """Refused replacements whose deleted worker is launched again."""
     requests_applied: int = 0
     requests_refused: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
@@ -133,20 +162,37 @@ class Recovery:
         return report
 
     async def _recover_seats(self, report: PassReport) -> None:
-        # Only seats with a failed attempt or unfinished work are read, so a pass over a large
-        # healthy swarm costs one list call and one set read.
+        # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
+        # a large healthy swarm costs one list call, one set read and one hash read. What should
+        # be listed is read before the list: an attempt launched meanwhile is not missing.
+        expected = await reading.expected(self.client, self.swarm)
+        listing = {
+            a.execution_id: a
+            for a in await self.runtime.list_attempts(self.swarm)
+            if a.swarm == self.swarm
+        }
         failed: dict[str, pods.Attempt] = {}
-        for attempt in await self.runtime.list_attempts(self.swarm):
-            if attempt.failure is not None and attempt.swarm == self.swarm:
-                failed.setdefault(attempt.seat, attempt)
-        names = sorted(set(failed) | set(await reading.attention(self.client, self.swarm)))
+        for attempt in listing.values():
+            # The seat's newest failed attempt: a superseded one still listed (a Pod kept
+            # Terminating by a finalizer) must not hide a failure of the current one.
+            newest = failed.get(attempt.seat)
+            if attempt.failure is not None and (
+                newest is None or attempt.generation > newest.generation
+            ):
+                failed[attempt.seat] = attempt
+        present = {e for e, a in listing.items() if not a.departed}
+        missing = {e: n for e, n in expected.items() if e not in present}
+        await self._note_listed(expected, listing, present)
+        absent_seats = {name for e in missing if (name := keys.seat_of(e)) is not None}
+        names = sorted(
+            set(failed) | set(await reading.attention(self.client, self.swarm)) | absent_seats
+        )
         limit = asyncio.Semaphore(CONCURRENT_SEATS)
 
         async def one(seat: records.Seat) -> None:
             async with limit:
-                await self._guarded(
-                    report, seat.seat, self._recover_seat(seat, failed.get(seat.seat), report)
-                )
+                step = self._recover_seat(seat, failed.get(seat.seat), missing, report)
+                await self._guarded(report, seat.seat, step)
 
         try:
             # Seats are independent (every write is its own atomic script); a TaskGroup also
@@ -158,6 +204,22 @@ class Recovery:
             # Only a lost lease (or the process being torn down) gets past `_guarded`; the
             # caller sees it as itself, not wrapped.
             raise group.exceptions[0] from None
+
+    async def _note_listed(
+        self,
+        expected: Mapping[str, int],
+        listing: Mapping[str, pods.Attempt],
+        present: set[str],
+    ) -> None:
+        # Written only when something changed: a healthy pass writes nothing here.
+        again = sorted(e for e, n in expected.items() if n > 0 and e in present)
+        finished = sorted(
+            e
+            for e in expected
+            if e in listing and listing[e].failure is None and not listing[e].alive
+        )
+        if again or finished:
+            await self.writer.listed(again, finished)
 
     async def _guarded(self, report: PassReport, seat: str, step: Any) -> None:
         # One seat's trouble (a store or runtime hiccup) must not stall the other seats; the
@@ -177,16 +239,22 @@ class Recovery:
                 exception=type(exc).__name__,
             )
 
-    async def _fence(self, seat: records.Seat, attempt: pods.Attempt, report: PassReport) -> None:
+    async def _fence(self, seat: records.Seat, attempt: pods.Attempt, report: PassReport) -> str:
         if seat.current_execution_id != attempt.execution_id:
             # Only the current attempt of a seat can be fenced; a superseded attempt's failure
             # was handled when it was fenced.
-            return
+            return "not_current"
+        if await reading.refusal(self.client, self.swarm, attempt.execution_id) is not None:
+            # Held for the master or operator (the script checks again, atomically).
+            report.held.append(attempt.execution_id)
+            return "restore_refused"
         status = await self.writer.fence(
             seat, attempt.execution_id, attempt.generation, str(attempt.failure)
         )
         if status == "fenced":
             report.fenced.append(attempt.execution_id)
+        elif status == "restore_refused":
+            report.held.append(attempt.execution_id)
         elif status == "not_current":
             logs.event(
                 log,
@@ -199,12 +267,59 @@ class Recovery:
                 observed_generation=attempt.generation,
                 controller_epoch=self.lease.epoch,
             )
+        return status
+
+    async def _missing(
+        self, seat: records.Seat, passes: int, report: PassReport
+    ) -> pods.Attempt | None:
+        """Count a pass without the seat's expected attempt in the list; the attempt to fence
+        (evicted) once the count is reached, or None (counted, relaunched or stale)."""
+        eid = seat.current_execution_id
+        reply = await self.writer.absent(seat, eid, seat.generation, MISSING_PASSES)
+        status = reply["status"]
+        if status == "stale":
+            return None
+        if status == "relaunch":
+            report.relaunched.append(eid)
+            return None
+        report.missing.append(eid)
+        logs.event(
+            log,
+            "attempt_missing",
+            logging.WARNING,
+            swarm=self.swarm,
+            seat=seat.seat,
+            execution_id=eid,
+            passes=reply.get("passes", passes + 1),
+            threshold=MISSING_PASSES,
+        )
+        if status != "evict":
+            return None
+        return pods.Attempt(
+            swarm=self.swarm,
+            seat=seat.seat,
+            execution_id=eid,
+            generation=seat.generation,
+            failure=classifying.FailureReason.EVICTED,
+            alive=False,
+            departed=True,
+        )
 
     async def _recover_seat(
-        self, seat: records.Seat, failed: pods.Attempt | None, report: PassReport
+        self,
+        seat: records.Seat,
+        failed: pods.Attempt | None,
+        missing: Mapping[str, int],
+        report: PassReport,
     ) -> None:
+        fenced = False
         if failed is not None:
-            await self._fence(seat, failed, report)
+            fenced = await self._fence(seat, failed, report) == "fenced"
+            seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+        if not fenced and seat.current_execution_id in missing:
+            evicted = await self._missing(seat, missing[seat.current_execution_id], report)
+            if evicted is not None:
+                await self._fence(seat, evicted, report)
             seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
         if seat.fenced_execution_id is not None:
             fence = await reading.fence(self.client, self.swarm, seat.fenced_execution_id)

@@ -196,7 +196,10 @@ async def launch(
 ) -> bool:
     """Launch an admitted attempt's Pod unless recorded as launched; True when launched now.
 
-    `config` and `seat` may be passed when the caller just read them (a large apply).
+    A refused replacement the pass relaunches is recorded as not launched again and comes
+    through here like any other: the runtime creates its deleted worker again from the same
+    spec (same directive, execution id, generation and credential). `config` and `seat` may be
+    passed when the caller just read them (a large apply).
     """
     if execution.launched or execution.state is not records.ExecutionState.RUNNING:
         return False

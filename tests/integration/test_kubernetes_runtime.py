@@ -318,7 +318,11 @@ async def test_a_pod_the_cluster_deleted_keeps_its_reason(pods, k8s) -> None:
             NS, name, status("Failed", exited(143), disruption="EvictionByEvictionAPI")
         )
         await core.delete_namespaced_pod(name, NS)
-        evicted = [runtime.Attempt("example", "eng-2", "e-42", 1, Reason.EVICTED, alive=False)]
+        evicted = [
+            runtime.Attempt(
+                "example", "eng-2", "e-42", 1, Reason.EVICTED, alive=False, departed=True
+            )
+        ]
         for _ in range(5):  # the status change and the deletion may wake it once or twice
             if await pods.list_attempts("example") == evicted:
                 break

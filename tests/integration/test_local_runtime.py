@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -138,6 +139,43 @@ async def test_remove_kills_a_running_worker_and_is_idempotent(
     assert [a.execution_id for a in await workers.list_attempts("example")] == ["e-2"]
     await workers.launch(spec("e-1"))  # removed stays removed: nothing new
     assert [a.execution_id for a in await workers.list_attempts("example")] == ["e-2"]
+
+
+@pytest.mark.parametrize("how", ["deleted", "renamed aside"])
+async def test_a_worker_deleted_from_outside_is_launched_again(
+    workers, tmp_path: pathlib.Path, how: str
+) -> None:
+    """The relaunch contract (runtime.py): launch creates the worker when it does not exist
+    now. A local attempt's folder is its Pod: while it is listed (exited) a launch starts
+    nothing; once the operator fixed the cause and deleted the folder, or renamed it aside to
+    keep its log, the attempt is no longer listed and the next launch of the same spec starts
+    it again."""
+    fixed = tmp_path / "cause-fixed"
+    again = spec(
+        "e-1",
+        "-c",
+        "import os, sys, time\n"
+        f"if not os.path.exists({str(fixed)!r}): print('refused: version_changed'); sys.exit(3)\n"
+        "time.sleep(60)",
+    )
+    await workers.launch(again)
+    assert (await settled(workers, "e-1")).failure is classifying.FailureReason.APPLICATION_EXIT
+    fixed.touch()
+    await workers.launch(again)  # still listed (exited): nothing new
+    assert (await settled(workers, "e-1")).failure is classifying.FailureReason.APPLICATION_EXIT
+    folder = tmp_path / "example" / "e-1"
+    if how == "deleted":
+        shutil.rmtree(folder)
+    else:
+        folder.rename(folder.with_name("e-1.refused"))
+    assert await workers.list_attempts("example") == []
+    await workers.launch(again)
+    assert await workers.list_attempts("example") == [
+        runtime.Attempt("example", "eng-1", "e-1", 1, None, alive=True)
+    ]
+    if how != "deleted":
+        log = (folder.with_name("e-1.refused") / "worker.log").read_text()
+        assert log.count("refused: version_changed") == 1
 
 
 async def test_remove_kills_a_worker_that_ignores_sigterm(tmp_path: pathlib.Path) -> None:

@@ -116,7 +116,11 @@ class KubernetesRuntime:
                 failure = attempt.failure or (
                     None if succeeded else classifying.FailureReason.APPLICATION_EXIT
                 )
-                attempts.append(dataclasses.replace(attempt, failure=failure, alive=False))
+                # Departed: the Pod is gone and only its last state is remembered, so the pass
+                # treats the attempt as missing (a held replacement is then relaunched).
+                attempts.append(
+                    dataclasses.replace(attempt, failure=failure, alive=False, departed=True)
+                )
         return attempts
 
     async def watch(self, swarm: str) -> AsyncIterator[None]:
@@ -144,6 +148,8 @@ class KubernetesRuntime:
         The Pod goes first so the Secret can name it as owner (the cluster then deletes the
         Secret with the Pod, whoever deletes that); the kubelet waits for a missing Secret.
         """
+        if (spec.swarm, spec.execution_id) in self._removed:
+            return  # removed is final: a removed attempt is never created again
         name = templates.pod_name(spec.swarm, spec.execution_id)
         try:
             pod = templates.render_pod(

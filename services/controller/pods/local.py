@@ -2,7 +2,10 @@
 
 Each attempt lives in ``workdir/{swarm}/{execution_id}/``: the worker runs there, its output goes
 to ``worker.log``, and ``attempt.json`` records who it is and its pid, so a restarted controller
-re-finds it.
+re-finds it. The folder is what a Pod is on Kubernetes: deleting it, or renaming it aside (which
+keeps ``worker.log`` to read), deletes the attempt's worker from under the runtime, and the next
+launch of that execution creates it again. A removed attempt keeps its folder, marked removed, and
+is never started again.
 
 Workers outlive the controller, so the controller is never their parent: a short-lived ``sh``
 launcher starts a wrapper in the background in a new session and exits, and the wrapper (adopted
@@ -114,7 +117,9 @@ class LocalRuntime:
             self._watchers[swarm].discard(event)
 
     async def launch(self, spec: runtime.LaunchSpec) -> None:
-        """Start the worker unless this execution id was launched here before (even removed)."""
+        """Start the worker unless its attempt folder exists: a listed worker (running or
+        exited) or a removed one starts nothing new; a folder deleted or renamed aside is a
+        deleted worker, started again."""
         for what, value in (("swarm", spec.swarm), ("execution id", spec.execution_id)):
             if not _SAFE_NAME.match(value):
                 raise runtime.PodsRefused(f"launch: the {what} is not a safe folder name")
@@ -193,8 +198,13 @@ class LocalRuntime:
         if not _SAFE_NAME.match(swarm):
             return []
         folder = self._workdir / swarm
-        states = (_read_state(f) for f in sorted(folder.iterdir())) if folder.is_dir() else ()
-        return [s for s in states if s is not None and not s["removed"]]
+        found = []
+        for path in sorted(folder.iterdir()) if folder.is_dir() else ():
+            state = _read_state(path)
+            # A folder renamed aside (to keep its log) no longer holds its attempt.
+            if state is not None and not state["removed"] and path.name == state["execution_id"]:
+                found.append(state)
+        return found
 
     def _alive(self, key: _Key, state: dict[str, Any]) -> bool:
         """Whether the worker runs; tracks it for exit wakes when it does."""

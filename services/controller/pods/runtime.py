@@ -3,6 +3,15 @@
 The recovery pass sees each worker attempt as an `Attempt`, launches replacements from a
 `LaunchSpec` and removes what a fenced attempt held. Implementations raise only the errors below,
 so the pass never handles a client library's exception types.
+
+Launching again. `launch` creates the attempt's worker when it does not exist now and otherwise
+starts nothing: a second launch of a running or finished worker is a no-op, but a worker deleted
+from outside the runtime (its Pod deleted with ``kubectl delete pod`` or by the cluster, a local
+attempt's folder deleted or renamed) is created again, from the same spec, by the next launch.
+That is how the operator relaunches a replacement whose restore was refused: fix the cause,
+delete the failed worker, and the pass launches the same execution again. `remove` is the
+fence's release and is final: the pass never launches a fenced attempt again, and a runtime
+asked to launch an attempt it removed need not start it (LocalRuntime does not).
 """
 
 from __future__ import annotations
@@ -39,6 +48,10 @@ class Attempt:
         alive: Whether its worker may still be running code (a Pod on a lost node counts as alive:
             nobody can prove it stopped). Fencing works on credentials, so a fenced attempt that is
             still alive can do no harm; `alive` only tells whether removing it is still useful.
+        departed: Its worker no longer exists (a Pod deleted from under the runtime) and the
+            runtime lists only the final state it remembers, so that its failure keeps its
+            reason. The pass treats a departed attempt as missing from the list: a next
+            `launch` creates it again.
     """
 
     swarm: str
@@ -47,6 +60,7 @@ class Attempt:
     generation: int
     failure: classifying.FailureReason | None
     alive: bool
+    departed: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,7 +126,8 @@ class PodRuntime(Protocol):
         """Every attempt of the swarm that the runtime still holds, classified.
 
         Removed attempts are not listed. An attempt whose worker vanished without `remove` (a Pod
-        deleted by the cluster) may be missing; the pass compares with its own records.
+        deleted by the cluster) may be missing, or listed as `departed`; the pass compares with
+        its own records.
         """
         ...
 
@@ -125,7 +140,11 @@ class PodRuntime(Protocol):
         ...
 
     async def launch(self, spec: LaunchSpec) -> None:
-        """Start the attempt; when its execution id was already launched, start nothing new."""
+        """Create the attempt's worker when it does not exist now; otherwise start nothing.
+
+        A worker deleted from outside the runtime is created again (see the module
+        docstring).
+        """
         ...
 
     async def remove(self, swarm: str, execution_id: str) -> None:

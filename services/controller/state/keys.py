@@ -45,6 +45,11 @@ def swarm_of(execution: str) -> str | None:
     return parts[0]
 
 
+def seat_of(execution: str) -> str | None:
+    """The seat an execution id belongs to, or None when it is not one of ours."""
+    return execution.split(".")[1] if swarm_of(execution) is not None else None
+
+
 def _p(swarm: str) -> str:
     return f"agentihooks:{{{swarm}}}"
 
@@ -94,6 +99,15 @@ def attention(swarm: str) -> str:
     attempt is fenced, removed (by the settle script) once nothing is left to do, so a pass
     over a large healthy swarm reads almost nothing."""
     return f"{_p(swarm)}:attention"
+
+
+def expected(swarm: str) -> str:
+    """Hash: execution id -> how many consecutive passes the runtime's list did not show it
+    (0 while it is listed), for every launched, current, unfenced attempt whose worker has not
+    finished. Written when a launch is recorded, dropped when the attempt is fenced, finishes or
+    is relaunched; the pass compares it with the runtime's list, so an attempt whose Pod
+    vanished is noticed even on a seat off the attention set."""
+    return f"{_p(swarm)}:expected"
 
 
 def seat(swarm: str, name: str) -> str:

@@ -62,6 +62,13 @@ async def attention(client: aioredis.Redis, swarm: str) -> list[str]:
     return sorted(_text(m) for m in members)
 
 
+async def expected(client: aioredis.Redis, swarm: str) -> dict[str, int]:
+    """Execution id -> consecutive passes the runtime's list did not show it, for every attempt
+    the list should show (see `keys.expected`)."""
+    raw = await _hash(client, keys.expected(swarm)) or {}
+    return {eid: int(passes or "0") for eid, passes in raw.items()}
+
+
 async def execution(client: aioredis.Redis, swarm: str, eid: str) -> records.Execution | None:
     h = await _hash(client, keys.execution(swarm, eid))
     return records.Execution.from_hash(h) if h else None

@@ -32,6 +32,9 @@ class SeatState(enum.StrEnum):
     FENCED = "fenced"
     AWAITING_DECISION = "awaiting_decision"
     REPLACING = "replacing"
+    RESTORE_REFUSED = "restore_refused"
+    """The replacement reported a restore refusal: it is held (neither fenced nor replaced)
+    until the operator fixes the cause and relaunches it."""
 
 
 class ExecutionState(enum.StrEnum):
@@ -213,6 +216,8 @@ class Execution:
     launched: bool
     admitted_at: str
     task_text: str = ""
+    relaunches: int = 0
+    """How often the same execution was launched again after a restore refusal."""
 
     @property
     def scope(self) -> AttemptScope:
@@ -254,6 +259,7 @@ class Execution:
             "credential_issued_at",
             "restores_from_generation",
             "archive_watermark",
+            "relaunches",
         ):
             _put(out, name, getattr(self, name))
         _put(out, "state", self.state.value)
@@ -288,6 +294,7 @@ class Execution:
             launched=_b(h, "launched"),
             admitted_at=h.get("admitted_at", ""),
             task_text=h.get("task_text", ""),
+            relaunches=_i(h, "relaunches") or 0,
         )
 
 

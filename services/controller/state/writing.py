@@ -90,7 +90,8 @@ class Writer:
         return list(reply["admitted"]), list(reply["updated"])
 
     async def fence(self, seat: records.Seat, execution: str, generation: int, reason: str) -> str:
-        """Fence the seat's current attempt: `fenced`, `exists` or `not_current`."""
+        """Fence the seat's current attempt: `fenced`, `exists`, `not_current`, or
+        `restore_refused` (a replacement holding a reported restore refusal is left alone)."""
         s = self.swarm
         reply = await self._run(
             "fence",
@@ -101,6 +102,8 @@ class Writer:
                 keys.task(s, seat.task_id),
                 keys.events(s),
                 keys.attention(s),
+                keys.refusal(s, execution),
+                keys.expected(s),
             ],
             [execution, generation, reason, self.now(), s],
         )
@@ -207,6 +210,7 @@ class Writer:
                 keys.seat(s, seat.seat),
                 keys.attention(s),
                 keys.fence(s, fenced or execution.execution_id),
+                keys.expected(s),
             ],
             [self.now(), seat.seat, "1" if fenced else "0"],
         )
@@ -258,6 +262,7 @@ class Writer:
                 keys.task(s, task_id),
                 keys.outcomes_by_type(s),
                 keys.events(s),
+                keys.refusal(s, execution.execution_id),
             ],
             [
                 execution.execution_id,
@@ -275,7 +280,8 @@ class Writer:
     async def refusal(
         self, execution: records.Execution, credential_id: str, reason: str, detail: str
     ) -> str:
-        """Keep a reported restore refusal: `stored`, `forbidden` or `not_replacement`."""
+        """Keep a reported restore refusal, which holds the attempt: `stored`, `forbidden`,
+        `not_replacement` or `conflict` (a verified outcome is stored already)."""
         s = self.swarm
         reply = await self._run(
             "refusal",
@@ -284,6 +290,7 @@ class Writer:
                 keys.execution(s, execution.execution_id),
                 keys.refusal(s, execution.execution_id),
                 keys.events(s),
+                keys.outcome(s, execution.execution_id),
             ],
             [
                 execution.execution_id,
@@ -296,6 +303,42 @@ class Writer:
             ],
         )
         return str(reply["status"])
+
+    async def absent(
+        self, seat: records.Seat, execution: str, generation: int, threshold: int
+    ) -> dict[str, Any]:
+        """Count one more pass whose runtime list did not show an expected attempt.
+
+        Returns:
+            The reply: status `counted` (below `threshold`), `evict` (fence it evicted),
+            `relaunch` (its restore refusal was cleared and it is recorded as not launched, to
+            be launched again), or `stale` (not the seat's launched running attempt any more);
+            `passes` is the count.
+        """
+        s = self.swarm
+        reply: dict[str, Any] = await self._run(
+            "absent",
+            [
+                keys.seat(s, seat.seat),
+                keys.execution(s, execution),
+                keys.refusal(s, execution),
+                keys.expected(s),
+                keys.attention(s),
+                keys.events(s),
+            ],
+            [execution, generation, threshold, self.now(), s],
+        )
+        return reply
+
+    async def listed(self, again: Sequence[str], finished: Sequence[str]) -> None:
+        """Record what the runtime's list showed of expected attempts: `again` (listed after a
+        pass without them) count from zero, `finished` (exited 0) are expected no longer."""
+        s = self.swarm
+        await self._run(
+            "listed",
+            [keys.expected(s), *(keys.refusal(s, e) for e in finished)],
+            [json.dumps(list(again)), json.dumps(list(finished))],
+        )
 
     async def record_request(self, request: records.Request) -> bool:
         """Record a request for the next pass; False when the same one is already recorded."""

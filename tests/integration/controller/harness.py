@@ -58,13 +58,15 @@ def document(
 
 
 class FakeRuntime:
-    """The PodRuntime contract in memory: launches and removals are idempotent and counted."""
+    """The PodRuntime contract in memory: launches and removals are idempotent and counted; a
+    launch creates a worker that does not exist now (deleted from outside), never a removed one."""
 
     def __init__(self) -> None:
         self.attempts: dict[str, pods.Attempt] = {}
         self.specs: dict[str, pods.LaunchSpec] = {}
         self.launch_calls: list[str] = []
         self.remove_calls: list[str] = []
+        self.removed: set[str] = set()
         self.fail_launch = False
         self.after_effect: scripting.AfterWrite | None = None
 
@@ -79,7 +81,8 @@ class FakeRuntime:
         self.launch_calls.append(spec.execution_id)
         if self.fail_launch:
             raise pods.PodsUnavailable("no cluster")
-        if spec.execution_id in self.specs:
+        existing = self.attempts.get(spec.execution_id)
+        if (existing is not None and not existing.departed) or spec.execution_id in self.removed:
             return
         self.specs[spec.execution_id] = spec
         self.attempts[spec.execution_id] = pods.Attempt(
@@ -90,6 +93,7 @@ class FakeRuntime:
 
     async def remove(self, swarm: str, execution_id: str) -> None:
         self.remove_calls.append(execution_id)
+        self.removed.add(execution_id)
         self.attempts.pop(execution_id, None)
         if self.after_effect is not None:
             self.after_effect("runtime:remove", {})
@@ -101,6 +105,27 @@ class FakeRuntime:
         a = self.attempts[execution_id]
         self.attempts[execution_id] = dataclasses.replace(
             a, failure=classifying.FailureReason(reason), alive=alive
+        )
+
+    def finish(self, execution_id: str) -> None:
+        """The worker exited 0: no failure, no longer running."""
+        a = self.attempts[execution_id]
+        self.attempts[execution_id] = dataclasses.replace(a, failure=None, alive=False)
+
+    def delete(self, execution_id: str) -> None:
+        """The worker is deleted from outside the runtime and forgotten (`kubectl delete pod`
+        seen by a restarted controller, a node drain, a local attempt folder deleted)."""
+        del self.attempts[execution_id]
+
+    def depart(self, execution_id: str) -> None:
+        """The worker is deleted from outside and the runtime lists the final state it
+        remembers (a Kubernetes watch saw the deletion): departed, not alive, and failed
+        unless it had finished."""
+        a = self.attempts[execution_id]
+        finished = a.failure is None and not a.alive
+        failure = None if finished else a.failure or classifying.FailureReason.APPLICATION_EXIT
+        self.attempts[execution_id] = dataclasses.replace(
+            a, failure=failure, alive=False, departed=True
         )
 
 

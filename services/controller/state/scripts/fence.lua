@@ -1,7 +1,11 @@
 -- Fence the current attempt of a seat: one record, a second fence returns the first.
 -- The fence copies the native session id and archive watermark the attempt held at this moment,
 -- marks the attempt fenced and holds the task: its awaiting reads recovery_pending.
--- KEYS[3] seat, [4] execution, [5] fence, [6] task, [7] events, [8] attention.
+-- A replacement that reported a restore refusal is not fenced (status restore_refused): its
+-- accepted decision stays in place for the master or operator, who fixes the cause and
+-- relaunches it (see absent.lua).
+-- KEYS[3] seat, [4] execution, [5] fence, [6] task, [7] events, [8] attention, [9] refusal,
+--   [10] expected.
 -- ARGV[3] execution id, [4] observed generation, [5] reason, [6] at, [7] swarm.
 if redis.call('EXISTS', KEYS[5]) == 1 then return reply({status = 'exists'}) end
 local seat = hgetall(KEYS[3])
@@ -9,6 +13,7 @@ local execution = hgetall(KEYS[4])
 if seat.current ~= ARGV[3] or seat.generation ~= ARGV[4] or execution.state ~= 'running' then
   return reply({status = 'not_current', expected_generation = tonumber(seat.generation) or 0})
 end
+if redis.call('EXISTS', KEYS[9]) == 1 then return reply({status = 'restore_refused'}) end
 local fence = {
   execution_id = ARGV[3], swarm = ARGV[7], generation = ARGV[4], seat = seat.seat,
   reason = ARGV[5], controller_epoch = EPOCH, fenced_at = ARGV[6],
@@ -28,6 +33,7 @@ hset_map(KEYS[5], fence)
 redis.call('HSET', KEYS[4], 'state', 'fenced')
 redis.call('HSET', KEYS[3], 'state', 'fenced', 'fenced_execution', ARGV[3])
 redis.call('SADD', KEYS[8], seat.seat)
+redis.call('HDEL', KEYS[10], ARGV[3])
 local task = hgetall(KEYS[6])
 if task.held ~= '1' then
   redis.call('HSET', KEYS[6], 'prior_awaiting', task.awaiting or '', 'held', '1')

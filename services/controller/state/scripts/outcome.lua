@@ -1,7 +1,9 @@
 -- Store a replacement's verified restore outcome, give the task its prior awaiting value back
 -- and count the outcome by type. Accepted only from the replacement's own credential, only
--- while it is the seat's current attempt, only when it matches the accepted directive.
--- KEYS[3] seat, [4] execution, [5] outcome, [6] task, [7] counters, [8] events.
+-- while it is the seat's current attempt, only when it matches the accepted directive. A
+-- refusal reported earlier by the same attempt (a restarted sidecar that then restored) no
+-- longer holds it once the verified outcome is stored.
+-- KEYS[3] seat, [4] execution, [5] outcome, [6] task, [7] counters, [8] events, [9] refusal.
 -- ARGV[3] execution id, [4] credential id, [5] generation, [6] outcome fields,
 --   [7] task recovery JSON, [8] at, [9] swarm, [10] detail JSON.
 local execution = hgetall(KEYS[4])
@@ -25,6 +27,7 @@ for _, name in ipairs({'recovery', 'checkpoint_id', 'session_id'}) do
   end
 end
 hset_map(KEYS[5], outcome)
+redis.call('DEL', KEYS[9])
 local task = hgetall(KEYS[6])
 if task.held == '1' then
   redis.call('HSET', KEYS[6], 'awaiting', task.prior_awaiting or '', 'held', '0')
