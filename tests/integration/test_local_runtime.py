@@ -250,3 +250,19 @@ async def test_unsafe_names_are_refused(workers) -> None:
                 {runtime.CREDENTIAL_ENV: "inline"},
             )
         )  # fmt: skip
+
+
+async def test_a_worker_being_started_is_never_listed_as_failed(workers) -> None:
+    """A pass that lists while a launch's spawn is under way (a decision launching a replacement
+    beside the recovery loop) sees a worker starting, never one that already failed."""
+    seen: list[runtime.Attempt] = []
+    launching = asyncio.create_task(workers.launch(spec("e-starting")))
+    while not launching.done():
+        seen += [
+            a for a in await workers.list_attempts("example") if a.execution_id == "e-starting"
+        ]
+        await asyncio.sleep(0)
+    await launching
+    seen += [a for a in await workers.list_attempts("example") if a.execution_id == "e-starting"]
+    assert seen, "the attempt was never listed"
+    assert all(a.failure is None and a.alive for a in seen), seen

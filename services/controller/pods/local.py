@@ -74,6 +74,7 @@ class LocalRuntime:
         self._stop_grace = stop_grace
         self._poll_interval = poll_interval
         self._running: dict[_Key, dict[str, Any]] = {}  # state of each worker believed alive
+        self._starting: set[_Key] = set()  # launches whose spawn is under way
         self._watchers: collections.defaultdict[str, set[asyncio.Event]] = collections.defaultdict(
             set
         )
@@ -145,13 +146,20 @@ class LocalRuntime:
             "exit_code": None,
             "removed": False,
         }
-        _write_state(folder, state)  # before the spawn: a crash in between still leaves a trace
-        env = {**self._base_env, **spec.env, runtime.CREDENTIAL_ENV: spec.worker_credential}
+        key = (spec.swarm, spec.execution_id)
+        # While the spawn runs in a thread, a concurrent list must see a worker starting, not
+        # one that died before recording its pid.
+        self._starting.add(key)
         try:
-            group, pid = await asyncio.to_thread(_spawn, folder, spec.command, env)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            shutil.rmtree(folder, ignore_errors=True)  # nothing started: a retry may launch
-            raise runtime.PodsUnavailable(f"launch {spec.execution_id}: {exc!r:.80}") from None
+            _write_state(folder, state)  # before the spawn: a crash in between leaves a trace
+            env = {**self._base_env, **spec.env, runtime.CREDENTIAL_ENV: spec.worker_credential}
+            try:
+                group, pid = await asyncio.to_thread(_spawn, folder, spec.command, env)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                shutil.rmtree(folder, ignore_errors=True)  # nothing started: a retry may launch
+                raise runtime.PodsUnavailable(f"launch {spec.execution_id}: {exc!r:.80}") from None
+        finally:
+            self._starting.discard(key)
         if (_read_state(folder) or {}).get("removed"):
             _signal_group(group, signal.SIGKILL)  # removed while it was being started
             return
@@ -208,6 +216,8 @@ class LocalRuntime:
 
     def _alive(self, key: _Key, state: dict[str, Any]) -> bool:
         """Whether the worker runs; tracks it for exit wakes when it does."""
+        if key in self._starting:
+            return True
         pid, started = state.get("pid"), state.get("started")
         alive = pid is not None and started is not None and _start_ticks(pid) == started
         if alive:
