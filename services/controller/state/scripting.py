@@ -50,6 +50,8 @@ SCRIPT_NAMES: Final = (
     "drop_request",
     "pause",
     "settle",
+    "absent",
+    "listed",
 )
 
 
