@@ -6,7 +6,7 @@ import pathlib
 import re
 import urllib.parse
 
-from services.common.checkpoints import local, s3, storing
+from services.common.checkpoints import local, storing
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 
@@ -36,6 +36,9 @@ def open_backend(
             parsed = urllib.parse.urlsplit(endpoint_url)
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
                 raise ValueError("AGENTIHOOKS_S3_ENDPOINT_URL must be an http(s) URL")
+        # Imported here: aioboto3 costs about half a second of start-up, paid only with a bucket.
+        from services.common.checkpoints import s3
+
         return s3.S3Backend(bucket, endpoint_url or None)
     if root:
         return local.LocalFolderBackend(pathlib.Path(root))

@@ -108,10 +108,13 @@ class Lease:
         self._valid_until = 0.0
         self.lost.set()
 
-    async def _renew_forever(self) -> None:
+    async def _renew_forever(self, stop: asyncio.Event) -> None:
         interval = self.ttl_ms / 3000
-        while True:
-            await asyncio.sleep(interval)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), interval)
+            if stop.is_set():
+                return
             try:
                 if not await self.renew():
                     return
@@ -128,10 +131,18 @@ class Lease:
     @contextlib.asynccontextmanager
     async def renewing(self) -> AsyncIterator[Lease]:
         """Renew in the background while the block runs (every third of the TTL)."""
-        task = asyncio.create_task(self._renew_forever(), name=f"lease-renewer-{self.swarm}")
+        # The renewer is stopped by an event, not only by cancellation: a cancellation that lands
+        # inside a Redis command can be lost by the client, and the renewer would then go on
+        # renewing a lease the controller is giving up.
+        stop = asyncio.Event()
+        task = asyncio.create_task(self._renew_forever(stop), name=f"lease-renewer-{self.swarm}")
         try:
             yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            stop.set()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), self.ttl_ms / 1000)
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
