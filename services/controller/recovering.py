@@ -331,21 +331,25 @@ class Recovery:
         if current is None:
             return
         attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
-        if attempt is not None and await replacing.launch(self.ctx, attempt):
+        if attempt is not None and await replacing.launch(self.ctx, attempt, seat=current):
             report.launched.append(attempt.execution_id)
-            attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
+            attempt = dataclasses.replace(attempt, launched=True)
         if current.state is records.SeatState.RUNNING and attempt is not None and attempt.launched:
             await self.writer.settle(current)
 
     async def _decide(self, fence: records.Fence, report: PassReport) -> None:
-        config = await reading.config(self.client, self.swarm)
-        held = await reading.execution(self.client, self.swarm, fence.execution_id)
+        # Independent reads, at once: one round trip's wait instead of four.
+        config, held, paused, found = await asyncio.gather(
+            reading.config(self.client, self.swarm),
+            reading.execution(self.client, self.swarm, fence.execution_id),
+            reading.paused(self.client, self.swarm),
+            self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image),
+        )
         switches = deciding.Switches(
             automation=config.restore_automation if config else False,
-            paused=await reading.paused(self.client, self.swarm),
+            paused=paused,
             legacy_spawn=held.legacy_spawn if held else False,
         )
-        found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
         plan = deciding.decide(fence, found, switches)
         if plan.action is not deciding.Action.WAIT:
             assert plan.choice is not None and plan.directive is not None

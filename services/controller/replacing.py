@@ -220,6 +220,14 @@ async def launch(
     return status == "launched"
 
 
+_AUTHORITY = (
+    records.ReleaseKind.LAUNCH_GRANT,
+    records.ReleaseKind.STORE_GRANTS,
+    records.ReleaseKind.ACCOUNT_SLOT,
+)
+"""The releases that end a fenced worker's authority (a decision needs all of them)."""
+
+
 async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
     """Do each release the fence does not record yet; return the fence as recorded now.
 
@@ -227,44 +235,73 @@ async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
     account slot ends, and the Pod is removed; a fenced worker keeps no claim, grant or account
     authority. A Pod the runtime could not remove is retried on the next pass.
     """
-    if all(fence.released(kind) for kind in records.ReleaseKind):
+    fence = await release_authority(ctx, fence)
+    return await remove_pod(ctx, fence)
+
+
+async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence:
+    """Revoke the fenced attempt's grants and end its account slot, each once; return the
+    fence as recorded now.
+
+    Each release is its own script, recorded in the fence by itself: after a crash the ones
+    recorded are skipped and the rest done.
+    """
+    todo = [kind for kind in _AUTHORITY if not fence.released(kind)]
+    if not todo:
         return fence
     eid = fence.execution_id
     held = await reading.execution(ctx.client, ctx.swarm, eid)
     if held is None:
         raise errors.NotFound("execution_missing", "the fenced attempt has no record")
     now = int(ctx.writer.clock())
-    if not fence.released(records.ReleaseKind.LAUNCH_GRANT):
-        ttl = held.credential_issued_at + WORKER_CREDENTIAL_TTL_S - now + REVOCATION_MARGIN_S
-        await ctx.writer.release(
-            eid, records.ReleaseKind.LAUNCH_GRANT, [(held.credential_id, max(1, ttl))]
-        )
-    if not fence.released(records.ReleaseKind.STORE_GRANTS):
+    revoke: dict[records.ReleaseKind, list[tuple[str, int]]] = {
+        records.ReleaseKind.LAUNCH_GRANT: [
+            (
+                held.credential_id,
+                max(
+                    1,
+                    held.credential_issued_at + WORKER_CREDENTIAL_TTL_S - now + REVOCATION_MARGIN_S,
+                ),
+            )
+        ],
         # Store grants are minted on demand (never after the fence), each for at most the
         # default grant lifetime, so a revocation that long covers every copy.
-        ttl = tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + REVOCATION_MARGIN_S
-        grant_ids = [g for g in (held.capture_grant_id, held.restore_grant_id) if g]
-        await ctx.writer.release(
-            eid, records.ReleaseKind.STORE_GRANTS, [(g, ttl) for g in grant_ids]
+        records.ReleaseKind.STORE_GRANTS: [
+            (g, tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + REVOCATION_MARGIN_S)
+            for g in (held.capture_grant_id, held.restore_grant_id)
+            if g
+        ],
+        records.ReleaseKind.ACCOUNT_SLOT: [],
+    }
+    # One after another: a crash then leaves a prefix of them recorded, never a release done
+    # whose record the restarted controller cannot tell from one not done.
+    for kind in todo:
+        await ctx.writer.release(eid, kind, revoke[kind])
+    return await reading.fence(ctx.client, ctx.swarm, eid) or fence
+
+
+async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
+    """Remove the fenced attempt's Pod unless the fence records it removed; return the fence
+    as recorded now. A Pod the runtime could not remove is retried on the next pass.
+
+    """
+    if fence.released(records.ReleaseKind.POD):
+        return fence
+    eid = fence.execution_id
+    try:
+        await ctx.runtime.remove(ctx.swarm, eid)
+    except pods.PodsError as exc:
+        logs.event(
+            log,
+            "pod_remove_failed",
+            logging.WARNING,
+            swarm=ctx.swarm,
+            execution_id=eid,
+            exception=type(exc).__name__,
         )
-    if not fence.released(records.ReleaseKind.ACCOUNT_SLOT):
-        await ctx.writer.release(eid, records.ReleaseKind.ACCOUNT_SLOT)
-    if not fence.released(records.ReleaseKind.POD):
-        try:
-            await ctx.runtime.remove(ctx.swarm, eid)
-        except pods.PodsError as exc:
-            logs.event(
-                log,
-                "pod_remove_failed",
-                logging.WARNING,
-                swarm=ctx.swarm,
-                execution_id=eid,
-                exception=type(exc).__name__,
-            )
-        else:
-            await ctx.writer.release(eid, records.ReleaseKind.POD)
-    recorded = await reading.fence(ctx.client, ctx.swarm, eid)
-    return recorded or fence
+        return fence
+    await ctx.writer.release(eid, records.ReleaseKind.POD)
+    return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 
 @dataclasses.dataclass(frozen=True)

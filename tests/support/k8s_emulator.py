@@ -141,6 +141,9 @@ class K8sEmulator:
         self.url = ""
         self.api_client: Any = None
         self._store: dict[str, dict[tuple[str, str], _Entry]] = {r: {} for r in _KINDS}
+        # Owner uid -> the objects naming it in ownerReferences, so a delete's garbage
+        # collection costs O(dependents), not a scan of the whole store.
+        self._dependents: dict[str, dict[tuple[str, tuple[str, str]], None]] = {}
         self._rv = 0
         self._history: collections.deque[_Event] = collections.deque(maxlen=history)
         self._compacted = 0
@@ -621,7 +624,12 @@ class K8sEmulator:
         self._rv += 1
         body["metadata"]["resourceVersion"] = str(self._rv)
         raw = json.dumps(body, separators=(",", ":")).encode()
-        self._store[resource][_key(body)] = _Entry(body, raw)
+        key = _key(body)
+        if old is not None:
+            self._unindex(resource, old.obj)
+        self._store[resource][key] = _Entry(body, raw)
+        for uid in _owner_uids(body):
+            self._dependents.setdefault(uid, {})[(resource, key)] = None
         self._record(
             _Event(
                 self._rv,
@@ -636,6 +644,7 @@ class K8sEmulator:
 
     def _remove(self, resource: str, entry: _Entry, *, orphan: bool = False) -> Any:
         del self._store[resource][_key(entry.obj)]
+        self._unindex(resource, entry.obj)
         final = copy.deepcopy(entry.obj)
         final["metadata"].setdefault("deletionTimestamp", _now())
         self._rv += 1
@@ -644,12 +653,20 @@ class K8sEmulator:
         self._record(_Event(self._rv, resource, "DELETED", entry.obj, final, raw))
         if not orphan:  # the garbage collector, in the foreground of this call for simplicity
             uid = entry.obj["metadata"].get("uid")
-            for kind, objects in self._store.items():
-                for dependent in list(objects.values()):
-                    owners = dependent.obj["metadata"].get("ownerReferences") or ()
-                    if any(o.get("uid") == uid for o in owners):
-                        self._remove(kind, dependent)
+            for kind, key in list(self._dependents.get(uid, {}) if uid else ()):
+                dependent = self._store[kind].get(key)
+                if dependent is not None:
+                    self._remove(kind, dependent)
         return final
+
+    def _unindex(self, resource: str, obj: Mapping[str, Any]) -> None:
+        key = _key(obj)
+        for uid in _owner_uids(obj):
+            dependents = self._dependents.get(uid)
+            if dependents is not None:
+                dependents.pop((resource, key), None)
+                if not dependents:
+                    del self._dependents[uid]
 
     def _record(self, event: _Event) -> None:
         if self._history.maxlen is not None and len(self._history) == self._history.maxlen:
@@ -663,6 +680,11 @@ class K8sEmulator:
 
 
 # -- selectors, patches, validation -------------------------------------------------------------
+
+
+def _owner_uids(obj: Mapping[str, Any]) -> list[str]:
+    owners = obj.get("metadata", {}).get("ownerReferences") or ()
+    return [uid for o in owners if isinstance(o, Mapping) and (uid := o.get("uid"))]
 
 
 def _parse_labels(text: str) -> list[tuple[str, str, frozenset[str]]]:

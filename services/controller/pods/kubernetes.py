@@ -250,9 +250,11 @@ class KubernetesRuntime:
                 pod_nodes.pop(name, None)
                 deadlines.pop(name, None)
                 key = _key(pod)
-                if key is not None and key not in self._removed:
-                    _remember(self._departed, key, pod)
-                wake.set()
+                if key is None or key not in self._removed:
+                    if key is not None:
+                        _remember(self._departed, key, pod)
+                    # A Pod this runtime removed leaves nothing for a pass to do.
+                    wake.set()
                 return
             now = datetime.now(UTC)
             failure = classifying.classify(pod, None, now)

@@ -89,6 +89,11 @@ def slots(swarm: str) -> str:
     return f"{_p(swarm)}:slots"
 
 
+def slots_used(swarm: str) -> str:
+    """Hash: provider account -> how many of its slots are held (kept beside `slots`)."""
+    return f"{_p(swarm)}:slots-used"
+
+
 def seats(swarm: str) -> str:
     """Sorted set of seat names, scored by their place in the swarm document."""
     return f"{_p(swarm)}:seats"

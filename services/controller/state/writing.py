@@ -78,6 +78,7 @@ class Writer:
                 keys.seats(s),
                 keys.slots(s),
                 keys.attention(s),
+                keys.slots_used(s),
                 *seat_keys,
             ],
             [
@@ -122,7 +123,12 @@ class Writer:
         s = self.swarm
         reply = await self._run(
             "release",
-            [keys.fence(s, execution), keys.slots(s), *(keys.revoked(s, t) for t, _ in revoke)],
+            [
+                keys.fence(s, execution),
+                keys.slots(s),
+                keys.slots_used(s),
+                *(keys.revoked(s, t) for t, _ in revoke),
+            ],
             [kind.value, self.now(), execution, *(ttl for _, ttl in revoke)],
         )
         return str(reply["status"])
@@ -182,6 +188,7 @@ class Writer:
                 keys.paused(s),
                 keys.requests(s),
                 keys.events(s),
+                keys.slots_used(s),
             ],
             [
                 e,

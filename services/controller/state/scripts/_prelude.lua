@@ -27,11 +27,23 @@ local function reply(t)
   return cjson.encode(t)
 end
 
--- Provider account slots: capacities, slots in use, and account names in order.
-local function slot_usage(accounts_key, slots_key)
+-- Provider account slots: the slots hash (execution -> account) says who holds one, and the
+-- used hash (account -> count) beside it keeps the count, so taking or ending a slot never
+-- reads every holder. State written before the count existed gets it rebuilt once, here.
+local function slot_counts(slots_key, used_key)
+  if redis.call('EXISTS', used_key) == 0 and redis.call('HLEN', slots_key) > 0 then
+    local counts = {}
+    for _, account in pairs(hgetall(slots_key)) do counts[account] = (counts[account] or 0) + 1 end
+    hset_map(used_key, counts)
+  end
+end
+
+-- Capacities, slots in use, and account names in order.
+local function slot_usage(accounts_key, slots_key, used_key)
+  slot_counts(slots_key, used_key)
   local caps = hgetall(accounts_key)
   local used = {}
-  for _, account in pairs(hgetall(slots_key)) do used[account] = (used[account] or 0) + 1 end
+  for account, n in pairs(hgetall(used_key)) do used[account] = tonumber(n) end
   local names = {}
   for name in pairs(caps) do names[#names + 1] = name end
   table.sort(names)
@@ -39,15 +51,26 @@ local function slot_usage(accounts_key, slots_key)
 end
 
 -- Take a slot of the first provider account (by name) with one free; nil when none is.
-local function take_slot(usage, slots_key, execution)
+local function take_slot(usage, slots_key, used_key, execution)
   for _, name in ipairs(usage.names) do
     if (usage.used[name] or 0) < tonumber(usage.caps[name]) then
       usage.used[name] = (usage.used[name] or 0) + 1
       redis.call('HSET', slots_key, execution, name)
+      redis.call('HINCRBY', used_key, name, 1)
       return name
     end
   end
   return nil
+end
+
+-- End the slot an execution holds, if any.
+local function end_slot(slots_key, used_key, execution)
+  slot_counts(slots_key, used_key)
+  local account = redis.call('HGET', slots_key, execution)
+  if account then
+    redis.call('HDEL', slots_key, execution)
+    redis.call('HINCRBY', used_key, account, -1)
+  end
 end
 
 -- One telemetry event, written by the same script as its transition; returned for the log line.

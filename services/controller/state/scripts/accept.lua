@@ -2,7 +2,8 @@
 -- concurrent decisions). A repeat of the accepted choice changes nothing; a different choice
 -- is a conflict and changes nothing.
 -- KEYS[3] fence, [4] decision, [5] fenced execution, [6] seat, [7] task, [8] replacement
---   execution, [9] slots, [10] accounts, [11] recovery-paused, [12] requests, [13] events.
+--   execution, [9] slots, [10] accounts, [11] recovery-paused, [12] requests, [13] events,
+--   [14] slots used per account.
 -- ARGV[3] execution id, [4] choice, [5] decision fields, [6] replacement execution fields,
 --   [7] task recovery JSON, [8] '1' when only an unpaused swarm may accept (automatic),
 --   [9] request field to drop or '', [10] at, [11] swarm, [12] detail JSON, [13] offer or ''.
@@ -28,7 +29,8 @@ if seat.current ~= ARGV[3] or hgetall(KEYS[5]).state ~= 'fenced' then
 end
 if redis.call('EXISTS', KEYS[8]) == 1 then return reply({status = 'conflict'}) end
 local replacement = cjson.decode(ARGV[6])
-local account = take_slot(slot_usage(KEYS[10], KEYS[9]), KEYS[9], replacement.execution_id)
+local usage = slot_usage(KEYS[10], KEYS[9], KEYS[14])
+local account = take_slot(usage, KEYS[9], KEYS[14], replacement.execution_id)
 if account then replacement.account = account end
 -- The replacement starts from the task's current text, read from the ledger row now.
 replacement.task_text = redis.call('HGET', KEYS[7], 'text') or ''
