@@ -6,7 +6,9 @@ sidecar on loopback to restore (`Restorer.Restore`), prints each step as one JSO
 stderr, and then either replaces itself with the command the sidecar handed back (the native
 resume command, the original command with the opening prompt, or the original command) or
 exits non-zero printing the refusal's reason. It never starts the harness on its own after a
-refusal: there is no weaker fallback.
+refusal: there is no weaker fallback. When the sidecar names a file for the command's standard
+input (a reconstructed opening prompt too long for one argument, in `continuation.txt`), that
+file becomes the harness's stdin (fd 0) before it is exec'd.
 
 The harness runs without the attempt's worker credential in its environment: it is the
 sidecar's, and the agent has no use for it.
@@ -16,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import os
 import pathlib
+import stat
 import sys
 from collections.abc import Mapping, MutableMapping
 from typing import NoReturn, TextIO
@@ -48,6 +52,7 @@ class Launch:
     cwd: str
     checkpoint_id: str | None
     watermark: int | None
+    stdin_path: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +78,7 @@ def _launch(ready: restorer_pb2.RestoreReady) -> Launch:
         cwd=ready.cwd,
         checkpoint_id=ready.checkpoint_id or None,
         watermark=ready.watermark if ready.HasField("watermark") else None,
+        stdin_path=ready.stdin_path or None,
     )
 
 
@@ -139,6 +145,16 @@ def supervise(
     if not command:
         print("agentihooks-restorer: the restore gave no command to run", file=err, flush=True)
         raise SystemExit(EXIT_EXEC_FAILED)
+    if outcome.stdin_path is not None:
+        try:
+            _open_as_stdin(outcome.stdin_path)
+        except OSError as error:
+            print(
+                f"agentihooks-restorer: cannot open the opening prompt: {error.strerror}",
+                file=err,
+                flush=True,
+            )
+            raise SystemExit(EXIT_EXEC_FAILED) from None
     try:
         os.chdir(outcome.cwd)
         harness_env = harness_environment(env if env is not None else os.environ)
@@ -150,6 +166,25 @@ def supervise(
             f"agentihooks-restorer: cannot run the harness: {error.strerror}", file=err, flush=True
         )
         raise SystemExit(EXIT_EXEC_FAILED) from None
+
+
+def _open_as_stdin(path: str) -> None:
+    """Make the regular file at `path` this process's standard input (fd 0), kept across exec.
+
+    Raises:
+        OSError: it cannot be opened, is a symlink, or is not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.dup2(fd, 0)
+        # Inheritable even when the open itself returned fd 0: the harness reads its prompt
+        # from it after exec.
+        os.set_inheritable(0, True)
+    finally:
+        if fd != 0:
+            os.close(fd)
 
 
 def run(sidecar_addr: str, worktree: pathlib.Path, *, wait_s: float = 60.0) -> NoReturn:

@@ -3,8 +3,10 @@
 "The checkpoint is verified through the store granted to this attempt": with
 `checkpoint_remote` that is the checkpoint-store service reached with the attempt's grant,
 otherwise the configured bucket or local folder (the bucket wins), bound to the attempt's task
-scope. Every object a restore writes is fetched by its SHA-256 and hashed again as it arrives,
-so bytes that changed after the verification are refused, never written.
+scope. Every object a restore writes is fetched by its SHA-256 and hashed as it arrives; one
+read serves both the verification and the restore (`VerifyingStore`), so the bytes written
+are the bytes verified, and an object read again later is hashed again, so bytes that changed
+after the verification are refused, never written.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
 
 import grpc
 
@@ -21,7 +23,7 @@ from services.common import settings
 from services.common.checkpoints import backends, reasons, storing
 from services.restorer import launching, remote_store
 
-CONCURRENCY = 4
+CONCURRENCY = 8
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -85,21 +87,24 @@ async def fetch_object(store: storing.ArtifactStore, sha256: str, size: int) -> 
         Unusable: the object is missing, or its bytes are not the ones the record names.
         Exception: the store itself failed (down, grant refused): says nothing of the object.
     """
-    digest, data = hashlib.sha256(), bytearray()
+    digest, received = hashlib.sha256(), 0
+    parts: list[bytes] = []
     try:
         async with contextlib.aclosing(_chunks(store, sha256)) as chunks:
             async for chunk in chunks:
-                if len(data) + len(chunk) > size:
+                received += len(chunk)
+                if received > size:
                     raise Unusable(reasons.Reason.CORRUPT_OBJECT)
                 digest.update(chunk)
-                data += chunk
+                parts.append(bytes(chunk))
     except storing.ObjectMissing:
         raise Unusable(reasons.Reason.MISSING_OBJECT) from None
     except (storing.UnsafePath, storing.InvalidName, storing.ObjectCorrupt):
         raise Unusable(reasons.Reason.CORRUPT_OBJECT) from None
-    if len(data) != size or digest.hexdigest() != sha256:
+    if received != size or digest.hexdigest() != sha256:
         raise Unusable(reasons.Reason.CORRUPT_OBJECT)
-    return bytes(data)
+    # One chunk (a small object) is returned as it is, without a copy.
+    return b"".join(parts)
 
 
 async def _chunks(store: storing.ArtifactStore, sha256: str) -> AsyncGenerator[bytes, None]:
@@ -108,16 +113,20 @@ async def _chunks(store: storing.ArtifactStore, sha256: str) -> AsyncGenerator[b
 
 
 class Objects:
-    """Fetches objects, some of them read early while the Validator reads the same store.
+    """Fetches objects, some of them read early, and lets the Validator verify from those reads.
 
-    Reading early writes nothing: each object is hashed again as it arrives and handed out
-    only by its hash, after the verdict, so an unverified record can steer nothing.
+    Reading early writes nothing: each object is hashed as it arrives and handed out
+    only by its hash, after the verdict, so an unverified record can steer nothing. An object
+    read early is read once: `verifying_store()` answers the Validator's presence and digest
+    checks from that read (the bytes it hashed are the ones the restore then writes), and
+    anything else, including every object whose early read failed, straight from the store.
     """
 
     def __init__(self, store: storing.ArtifactStore, concurrency: int = CONCURRENCY) -> None:
         self._store = store
         self._gate = asyncio.Semaphore(concurrency)
         self._early: dict[tuple[str, int], asyncio.Future[bytes]] = {}
+        self._by_name: dict[str, list[asyncio.Future[bytes]]] = {}
 
     def read_early(self, wanted: Iterable[tuple[object, object]]) -> None:
         """Start reading each (sha256, size) in the background; odd names are skipped."""
@@ -127,7 +136,9 @@ class Objects:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 continue
             if (sha256, size) not in self._early:
-                self._early[(sha256, size)] = asyncio.ensure_future(self._read(sha256, size))
+                future = asyncio.ensure_future(self._read(sha256, size))
+                self._early[(sha256, size)] = future
+                self._by_name.setdefault(sha256, []).append(future)
 
     async def _read(self, sha256: str, size: int) -> bytes:
         async with self._gate:
@@ -140,6 +151,19 @@ class Objects:
             return await early
         return await fetch_object(self._store, sha256, size)
 
+    async def read_size(self, sha256: str) -> int | None:
+        """The size of an early read of `sha256` that matched its hash, else None."""
+        for future in self._by_name.get(sha256, ()):
+            # Shielded: a Validator that stops early must not cancel a read the restore
+            # still needs. A read that failed says nothing here: the store answers instead.
+            with contextlib.suppress(Exception):
+                return len(await asyncio.shield(future))
+        return None
+
+    def verifying_store(self) -> VerifyingStore:
+        """The store as the Validator should read it: early reads answer for their objects."""
+        return VerifyingStore(self._store, self)
+
     async def aclose(self) -> None:
         """Stop early reads nobody asked for."""
         for future in self._early.values():
@@ -148,3 +172,59 @@ class Objects:
             with contextlib.suppress(BaseException):
                 await future
         self._early.clear()
+        self._by_name.clear()
+
+
+class VerifyingStore:
+    """An `ArtifactStore` whose presence and digest checks reuse `Objects`' early reads.
+
+    An early read hashed the object's bytes and counted them to the end, so "present, with
+    this SHA-256 and size" is what the store itself would answer; when an early read failed or
+    there is none, the store is asked, so every refusal is exactly the store's own answer. The
+    manifests read through it are kept, so the record a restore uses is the one verified.
+    """
+
+    def __init__(self, store: storing.ArtifactStore, objects: Objects) -> None:
+        self._store = store
+        self._objects = objects
+        self._manifests: dict[str, bytes | None] = {}
+
+    def manifest_read(self, checkpoint_id: str) -> bytes | None:
+        """The manifest bytes last read through this store for `checkpoint_id`, if any."""
+        return self._manifests.get(checkpoint_id)
+
+    @property
+    def scope(self) -> storing.StoreScope:
+        return self._store.scope
+
+    async def put_object(
+        self, chunks: AsyncIterable[bytes], *, sha256: str, size: int, max_size: int
+    ) -> storing.ObjectRef:
+        return await self._store.put_object(chunks, sha256=sha256, size=size, max_size=max_size)
+
+    async def object_exists(self, sha256: str) -> bool:
+        if await self._objects.read_size(sha256) is not None:
+            return True
+        return await self._store.object_exists(sha256)
+
+    def read_object(
+        self, sha256: str, chunk_size: int = storing.CHUNK_SIZE
+    ) -> AsyncIterator[bytes]:
+        return self._store.read_object(sha256, chunk_size)
+
+    async def digest_object(self, sha256: str) -> tuple[str, int] | None:
+        size = await self._objects.read_size(sha256)
+        if size is not None:
+            return sha256, size
+        return await self._store.digest_object(sha256)
+
+    async def put_manifest(self, checkpoint_id: str, data: bytes) -> None:
+        await self._store.put_manifest(checkpoint_id, data)
+
+    async def get_manifest(self, checkpoint_id: str) -> bytes | None:
+        data = await self._store.get_manifest(checkpoint_id)
+        self._manifests[checkpoint_id] = data
+        return data
+
+    async def list_checkpoint_ids(self) -> list[str]:
+        return await self._store.list_checkpoint_ids()

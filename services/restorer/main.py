@@ -41,6 +41,7 @@ def _result_json(result: restoring.Ready | restoring.Refused) -> dict[str, Any]:
         "watermark": result.watermark,
         "cwd": result.cwd,
         "command": list(result.command),
+        "stdin_path": result.stdin_path,
     }
 
 

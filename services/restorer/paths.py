@@ -1,4 +1,4 @@
-"""Path safety for every file the restorer writes (pure checks plus one no-follow writer).
+"""Path safety for every file the restorer writes: pure checks, and the one no-follow writer.
 
 A checkpoint is untrusted input: the paths it names (session files relative to the harness
 home, untracked files relative to the worktree) must land inside their root. A relative path is
@@ -6,20 +6,27 @@ accepted only when it is a plain relative POSIX path: no leading `/`, no `..` or
 empty segment, no backslash, no control character, and no `.git` segment (a restore never
 writes repository internals). On disk, no existing symlink on the way may lead out of the
 root; the final component is never followed (a symlink there is replaced, not written through).
+`TreeWriter` makes these checks for each file it writes (`write_file_no_follow` is one file),
+whether it writes the bytes or moves them in from a `Staging` folder.
 
 Messages of `UnsafePath` never name the path: a hostile record's values stay out of logs.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import pathlib
 import secrets
 import stat
+from collections.abc import Iterable
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+Owner = tuple[int, int] | None
+_KEPT_DIRS = 32
+"""Parent folders a `TreeWriter` keeps open (its descriptors stay well below any limit)."""
 
 
 class UnsafePath(ValueError):
@@ -79,13 +86,7 @@ def safe_join(root: str | os.PathLike[str], relative: str) -> pathlib.Path:
     Raises:
         UnsafePath: see `check_relative`, or a symlink on the way leads outside the root.
     """
-    segments = check_relative(relative)
-    real_root = pathlib.Path(root).resolve()
-    joined = real_root.joinpath(*segments)
-    # resolve(strict=False) follows every existing symlink on the way, however deep.
-    if not _contained(joined.resolve(), real_root):
-        raise UnsafePath("path leads outside its root through a symlink")
-    return joined
+    return safe_join_all(root, [relative])[0]
 
 
 def _open_dirs(
@@ -132,10 +133,11 @@ def write_file_no_follow(
     """Write one file under a root without ever following a symlink at the last component.
 
     Parents are created one at a time through directory descriptors opened with O_NOFOLLOW,
-    after `safe_join` resolved any symlinks that stay inside the root. The content goes to a
-    fresh temporary file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target directory and is renamed over
-    the target, so a reader never sees half a file, a symlink at the target is replaced rather
-    than written through, and a hard link at the target is never written into.
+    after `safe_join`'s check that any symlinks on the way stay inside the root. The content
+    goes to a fresh temporary file (O_CREAT|O_EXCL|O_NOFOLLOW) in the target directory and is
+    renamed over the target, so a reader never sees half a file, a symlink at the target is
+    replaced rather than written through, and a hard link at the target is never written into.
+    `TreeWriter` does the same for many files.
 
     Args:
         root: the directory the file must stay in.
@@ -152,41 +154,237 @@ def write_file_no_follow(
         UnsafePath: the path is unsafe, or a parent is not a plain directory.
         OSError: the write itself failed.
     """
-    target = safe_join(root, relative)
+    check_relative(relative)  # a hostile path is refused before the root is even opened
+    with TreeWriter(root, dir_mode=dir_mode, owner=owner) as writer:
+        return writer.write(relative, data, mode)
+
+
+def safe_join_all(root: str | os.PathLike[str], relatives: Iterable[str]) -> list[pathlib.Path]:
+    """`safe_join` for many paths under one root, resolving each parent folder once.
+
+    Raises:
+        UnsafePath: for the first path `safe_join` would refuse.
+    """
     real_root = pathlib.Path(root).resolve()
-    # Walk the parents' real places (symlinks inside the root resolved by safe_join's check),
-    # so every directory below is opened with O_NOFOLLOW; the final name is never resolved.
-    parts = (*target.parent.resolve().relative_to(real_root).parts, target.name)
-    root_fd = os.open(real_root, _DIR_FLAGS)
+    parents: dict[tuple[str, ...], pathlib.Path] = {}
+    joined: list[pathlib.Path] = []
+    for relative in relatives:
+        segments = check_relative(relative)
+        parent = parents.get(segments[:-1])
+        if parent is None:
+            parent = _real_parent(real_root, segments[:-1])
+            parents[segments[:-1]] = parent
+        _check_last(real_root, parent, segments[-1])
+        joined.append(real_root.joinpath(*segments))
+    return joined
+
+
+def _real_parent(real_root: pathlib.Path, segments: tuple[str, ...]) -> pathlib.Path:
+    """Where a folder below the root really is, refused when a symlink leads it out."""
+    # resolve(strict=False) follows every existing symlink on the way, however deep.
+    parent = real_root.joinpath(*segments).resolve()
+    if not _contained(parent, real_root):
+        raise UnsafePath("path leads outside its root through a symlink")
+    return parent
+
+
+def _check_last(real_root: pathlib.Path, real_parent: pathlib.Path, name: str) -> bool:
+    """Refuse a final component that is a symlink leading out; True when it is a symlink.
+
+    With the parent already resolved inside the root, only a symlink at the last component
+    can still lead the whole path out of it.
+    """
     try:
-        parent_fd = _open_dirs(root_fd, parts[:-1], dir_mode, owner)
-    finally:
-        os.close(root_fd)
-    name = parts[-1]
+        is_link = stat.S_ISLNK(os.lstat(real_parent / name).st_mode)
+    except OSError:
+        return False  # absent (or under something absent): nothing to follow
+    if is_link and not _contained((real_parent / name).resolve(), real_root):
+        raise UnsafePath("path leads outside its root through a symlink")
+    return is_link
+
+
+def _new_file(dir_fd: int, name: str, data: bytes, mode: int, owner: Owner) -> None:
+    """Create `name` afresh in `dir_fd` (O_EXCL, no symlink followed) holding `data`."""
+    fd = os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
-        temp = f".{name}.{secrets.token_hex(6)}.tmp"
-        fd = os.open(temp, _NEW_FILE_FLAGS, 0o600, dir_fd=parent_fd)
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
-                os.fchmod(fd, mode & 0o777)
-                if owner is not None:
-                    os.fchown(fd, owner[0], owner[1])
-                # No fsync: a restore interrupted by a crash is run again from the checkpoint,
-                # and one fsync per file would dominate restoring a worktree of many files.
-            finally:
-                os.close(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode & 0o777)
+            if owner is not None:
+                os.fchown(fd, owner[0], owner[1])
+            # No fsync: a restore interrupted by a crash is run again from the checkpoint,
+            # and one fsync per file would dominate restoring a worktree of many files.
+        finally:
+            os.close(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=dir_fd)
+        raise
+
+
+class Staging:
+    """Files written ahead into a fresh private folder, each placed later by `TreeWriter.place`.
+
+    Writing the bytes, the slow part, can so run before the tree the files belong in is ready
+    (while a checkout is still being made). The folder (mode 0700, a new random name in
+    `parent`) holds only names of its own making: no path a record names is used until
+    placement, which makes every check `TreeWriter.write` makes and renames the staged file
+    into place. `close` removes whatever was not placed.
+
+    Args:
+        parent: where the staging folder is made; on the same file system as the tree the
+            files go to, or `TreeWriter.place` fails with EXDEV (write the bytes instead).
+        owner: (uid, gid) for staged files, or None.
+
+    Raises:
+        OSError: the folder could not be made.
+    """
+
+    def __init__(self, parent: str | os.PathLike[str], *, owner: Owner = None) -> None:
+        self._owner = owner
+        self._name = f".agentihooks-staging-{secrets.token_hex(6)}"
+        self._parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.mkdir(self._name, 0o700, dir_fd=self._parent_fd)
+            self.fd = os.open(self._name, _DIR_FLAGS, dir_fd=self._parent_fd)
+        except BaseException:
+            os.close(self._parent_fd)
+            raise
+        self._count = 0
+
+    def add(self, data: bytes, mode: int) -> str:
+        """Stage one file with these bytes and permission bits; returns its staged name."""
+        self._count += 1
+        name = str(self._count)
+        _new_file(self.fd, name, data, mode, self._owner)
+        return name
+
+    def close(self) -> None:
+        """Remove the staging folder and every file still in it."""
+        if self.fd < 0:
+            return
+        for name in os.listdir(self.fd):
+            with contextlib.suppress(OSError):
+                os.unlink(name, dir_fd=self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        with contextlib.suppress(OSError):
+            os.rmdir(self._name, dir_fd=self._parent_fd)
+        os.close(self._parent_fd)
+
+
+class TreeWriter:
+    """Writes files under one root with `write_file_no_follow`'s checks, opening each folder once.
+
+    Every path gets the same checks as `write_file_no_follow`: its syntax, the real place of its
+    parent (no symlink on the way leads out of the root), the last component (a symlink there
+    that leads out is refused; one inside is replaced, never written through), parents walked
+    and created with O_NOFOLLOW, content in a fresh O_EXCL file renamed into place. Only the
+    work is shared: the root is resolved and opened once, and the descriptors of the most
+    recently used parent folders are kept open, so writing a worktree of many files costs a
+    handful of system calls per file. Replacing a symlink forgets every kept folder, as a kept
+    one may have been reached through it.
+
+    Args:
+        root: the directory every file must stay in.
+        dir_mode: permission bits for directories this writer creates.
+        owner: (uid, gid) for written files and created directories, or None.
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        dir_mode: int = 0o755,
+        owner: Owner = None,
+    ) -> None:
+        self._real_root = pathlib.Path(root).resolve()
+        self._dir_mode = dir_mode
+        self._owner = owner
+        self._dirs: collections.OrderedDict[tuple[str, ...], tuple[int, pathlib.Path]] = (
+            collections.OrderedDict()
+        )
+        # Temporary names need not be secret, only new: O_EXCL refuses any that exists.
+        self._temp = f".agentihooks-{secrets.token_hex(6)}-"
+        self._count = 0
+        self._root_fd = os.open(self._real_root, _DIR_FLAGS)
+
+    def __enter__(self) -> TreeWriter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every descriptor the writer holds."""
+        self._forget()
+        if self._root_fd >= 0:
+            os.close(self._root_fd)
+            self._root_fd = -1
+
+    def _forget(self) -> None:
+        while self._dirs:
+            fd, _ = self._dirs.popitem()[1]
+            os.close(fd)
+
+    def _parent(self, segments: tuple[str, ...]) -> tuple[int, pathlib.Path]:
+        """The descriptor and real place of a parent folder, created as needed."""
+        kept = self._dirs.get(segments)
+        if kept is not None:
+            self._dirs.move_to_end(segments)
+            return kept
+        real = _real_parent(self._real_root, segments)
+        # Walk the parent's real place (symlinks inside the root resolved just above), so
+        # every directory below is opened with O_NOFOLLOW; the final name is never resolved.
+        fd = _open_dirs(
+            self._root_fd, real.relative_to(self._real_root).parts, self._dir_mode, self._owner
+        )
+        self._dirs[segments] = (fd, real)
+        if len(self._dirs) > _KEPT_DIRS:
+            os.close(self._dirs.popitem(last=False)[1][0])
+        return fd, real
+
+    def _target(self, relative: str) -> tuple[int, str]:
+        """The checked parent descriptor and final name of `relative`."""
+        segments = check_relative(relative)
+        parent_fd, real_parent = self._parent(segments[:-1])
+        if _check_last(self._real_root, real_parent, segments[-1]):
+            self._forget()  # the symlink is replaced next; folders reached through it are not
+            parent_fd, real_parent = self._parent(segments[:-1])
+        return parent_fd, segments[-1]
+
+    def write(self, relative: str, data: bytes, mode: int) -> pathlib.Path:
+        """Write one file (see the class notes); returns its path under the resolved root.
+
+        Raises:
+            UnsafePath: the path is unsafe, or a parent is not a plain directory.
+            OSError: the write itself failed.
+        """
+        parent_fd, name = self._target(relative)
+        self._count += 1
+        temp = f"{self._temp}{self._count}.tmp"
+        _new_file(parent_fd, temp, data, mode, self._owner)
+        try:
             os.rename(temp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=parent_fd)
             raise
-    finally:
-        os.close(parent_fd)
-    return target
+        return self._real_root.joinpath(*relative.split("/"))
+
+    def place(self, relative: str, staging: Staging, staged: str) -> pathlib.Path:
+        """Move a staged file to `relative`, with every check `write` makes.
+
+        Raises:
+            UnsafePath: the path is unsafe, or a parent is not a plain directory.
+            OSError: the move failed (EXDEV: the staging folder is on another file system;
+                the staged file is then still there, and `write` can be used instead).
+        """
+        parent_fd, name = self._target(relative)
+        os.rename(staged, name, src_dir_fd=staging.fd, dst_dir_fd=parent_fd)
+        return self._real_root.joinpath(*relative.split("/"))
 
 
 def read_file_no_follow(path: str | os.PathLike[str]) -> bytes:

@@ -29,6 +29,7 @@ def ready_pb(ready: restoring.Ready) -> restorer_pb2.RestoreReady:
         command=list(ready.command),
         checkpoint_id=ready.checkpoint_id or "",
         cwd=ready.cwd,
+        stdin_path=ready.stdin_path or "",
     )
     if ready.watermark is not None:
         message.watermark = ready.watermark

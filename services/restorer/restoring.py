@@ -16,16 +16,24 @@ supervisor starts the harness": verify → registration → native state → sou
   no repository); any failure is `source: …`.
 - continuation (reconstructed directives): `continuation.txt`, mode 0600, owned by the worker
   user, passed as the opening prompt after the line `Continue from this recorded conversation.
-  Native resume was unavailable.`
+  Native resume was unavailable.`: as the command's last argument when one argument can carry
+  it, else on the command's standard input, read from `continuation.txt` (`Ready.stdin_path`;
+  the harness adapter gives the command that reads its prompt there). A command that has no
+  such way (an interactive session) is refused with `TOO_LONG`.
 
 A refusal stops the restore: it never falls back on its own to a weaker kind of continuity.
-Objects are fetched from the store by SHA-256 and hashed again as they are read, so bytes that
-changed after the verification are refused (`corrupt_object`), never written.
+Objects are fetched from the store by SHA-256 and hashed as they are read; the Validator's
+verdict on an object read early comes from that same read (`fetching.VerifyingStore`), so
+the bytes written are the bytes verified, and an object read later is hashed again, so bytes
+that changed after the verification are refused (`corrupt_object`), never written.
 
-Two things start while the Validator runs, because they need no verdict and write nothing it
-guards: reading the objects the restore will write (`fetching.Objects`), and cloning the
-registered project into a scratch folder when the worktree has no repository
-(`checkouts.EarlyClone`); a refused restore discards both.
+Three things start while the Validator runs, because they need no verdict and write nothing it
+guards: reading the objects the restore will write (`fetching.Objects`), reading the harness
+version for a native restore, and cloning the registered project into a scratch folder when
+the worktree has no repository (`checkouts.EarlyClone`); a refused restore discards them.
+Once verified, the untracked files are written ahead into a staging folder of the attempt
+folder while the checkout is made (`source.StagedUntracked`), then moved into place with
+every path check.
 
 Where the spec's table has no row, the closest row is used and said so where it happens.
 """
@@ -33,6 +41,7 @@ Where the spec's table has no row, the closest row is used and said so where it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import enum
 import logging
@@ -75,9 +84,10 @@ NO_ORIGIN = "none:"
 """The repository a capture records when the worktree has no origin and the project names
 none; its bundle then holds the full history, so a restore initialises instead of cloning."""
 
-MAX_ARGUMENT_BYTES = 128 * 1024
-"""Linux's limit on one process argument (MAX_ARG_STRLEN), its terminating NUL included."""
 TOO_LONG = "continuation: the opening prompt is longer than one process argument can carry"
+
+VERIFY_CONCURRENCY = fetching.CONCURRENCY
+"""Objects the Validator checks at once (most answer from reads already under way)."""
 
 STEPS = ("directive", "verify", "registration", "native", "source", "continuation")
 
@@ -92,7 +102,11 @@ class Step:
 
 @dataclasses.dataclass(frozen=True)
 class Ready:
-    """The restore delivered its directive; `command` is what the supervisor runs in `cwd`."""
+    """The restore delivered its directive; `command` is what the supervisor runs in `cwd`.
+
+    `stdin_path`, when set, is the file the supervisor opens as the command's standard input:
+    `continuation.txt`, for an opening prompt longer than one argument can carry.
+    """
 
     recovery: Continuity
     command: tuple[str, ...] = dataclasses.field(repr=False)
@@ -100,6 +114,7 @@ class Ready:
     session_id: str | None
     watermark: int | None
     cwd: str
+    stdin_path: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,8 +184,10 @@ class _Run:
         self.store = store
         self.record: Mapping[str, Any] = {}
         self.command: tuple[str, ...] = launch.command
+        self.stdin_path: str | None = None
         self._objects = None if store is None else fetching.Objects(store)
         self._early_clone: checkouts.EarlyClone | None = None
+        self._version: asyncio.Future[str] | None = None
 
     async def steps(self) -> AsyncIterator[Step]:
         kind = self.directive.recovery
@@ -188,7 +205,7 @@ class _Run:
             yield Step(name, "started")
             done = await action()
             yield Step(name, "done" if done else "skipped")
-        if any(len(word.encode()) >= MAX_ARGUMENT_BYTES for word in self.command):
+        if not all(harness_base.fits_argument(word) for word in self.command):
             # execve refuses an argument this long (E2BIG): stop here, before the outcome is
             # reported as delivered, rather than fail once the harness is started.
             raise _Stop(TOO_LONG)
@@ -203,6 +220,7 @@ class _Run:
             session_id=d.session_id if d.recovery is Continuity.NATIVE else None,
             watermark=d.watermark,
             cwd=str(self.attempt.worktree),
+            stdin_path=self.stdin_path,
         )
 
     def _bootstrap(self) -> None:
@@ -234,19 +252,24 @@ class _Run:
         if self.store is None:
             raise _Stop(Refusal.NO_STORE)
         expectation = validation.Expectation(checkpoint_id, self.launch.restores_from_generation)
+        assert self._objects is not None
+        verifying = self._objects.verifying_store()
         try:
             self._start_early(await self.store.get_manifest(checkpoint_id))
-            verdict = await validation.Validator(self.store).verify(expectation)
-            manifest = await self.store.get_manifest(checkpoint_id)
+            validator = validation.Validator(verifying, concurrency=VERIFY_CONCURRENCY)
+            verdict = await validator.verify(expectation)
         except Exception as error:  # any storage failure ends in one refusal
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
             raise _Stop(Refusal.STORE_UNAVAILABLE) from None
         if verdict.reason is not None:
             raise _Stop(verdict.reason.value)
-        # The record used below is the one verified: read again, it must still hash the same.
+        # The record used below is the very one verified: the bytes the Validator read and
+        # found intact and valid (decoded again here, its hash compared again; the schema
+        # check, the slowest part of a verdict, is not repeated on the same bytes).
+        manifest = verifying.manifest_read(checkpoint_id)
         try:
             record, claimed = records.decode_manifest(manifest or b"")
-            intact = records.record_sha256(record) == claimed and records.check(record) is None
+            intact = records.record_sha256(record) == claimed
         except ValueError:
             intact = False
         if not intact or record.get("checkpoint_id") != checkpoint_id:
@@ -279,7 +302,7 @@ class _Run:
             # harness differs from the captured one (closest row: version_changed).
             raise _Stop(Refusal.VERSION_CHANGED)
         try:
-            version = await adapter.read_version(self.launch.command[0])
+            version = await self._read_version(adapter)
         except harness_base.HarnessError:
             # A harness that cannot name its version is not a qualified one.
             raise _Stop(Refusal.UNQUALIFIED_VERSION) from None
@@ -308,13 +331,28 @@ class _Run:
         self.command = tuple(command)
         return True
 
-    def _start_early(self, manifest: bytes | None) -> None:
-        """Start what needs no verdict while the Validator runs: reads and the clone.
+    async def _read_version(self, adapter: harness_base.Harness) -> str:
+        early, self._version = self._version, None
+        if early is not None:
+            return await early
+        return await adapter.read_version(self.launch.command[0])
 
-        Both write nothing the verdict guards: objects are only read (and hashed again), and
-        the clone goes into a scratch folder of the attempt folder, adopted by the worktree
-        only once the source step begins.
+    def _start_early(self, manifest: bytes | None) -> None:
+        """Start what needs no verdict while the Validator runs: reads, the version, the clone.
+
+        None of them writes anything the verdict guards: objects are only read (and hashed),
+        the harness version is read from the launch record's executable (a native restore
+        reads it anyway, and judges it only after the verdict), and the clone goes into a
+        scratch folder of the attempt folder, adopted by the worktree only once the source
+        step begins.
         """
+        if self.directive.recovery is Continuity.NATIVE and self.launch.command:
+            try:
+                adapter = harness.for_name(self.launch.harness)
+            except ValueError:
+                pass  # refused as an unknown harness in the native step
+            else:
+                self._version = asyncio.ensure_future(adapter.read_version(self.launch.command[0]))
         try:
             record, _ = records.decode_manifest(manifest or b"")
             entries = list(records.inventory(record))
@@ -339,6 +377,11 @@ class _Run:
         """Stop early work nobody used: reads, and a clone the worktree did not adopt."""
         if self._objects is not None:
             await self._objects.aclose()
+        if self._version is not None:
+            self._version.cancel()
+            with contextlib.suppress(BaseException):
+                await self._version
+            self._version = None
         if self._early_clone is not None:
             await self._early_clone.discard()
             self._early_clone = None
@@ -374,6 +417,22 @@ class _Run:
             untracked=tuple(untracked),
         )
         worktree = self.attempt.worktree
+        # The verified bytes are written ahead while the clone is still being made; `apply`
+        # then only moves them into place, each path checked there.
+        staged = source.StagedUntracked(self.attempt.attempt_dir, capture.untracked)
+        try:
+            await self._apply(worktree, capture, repository, staged)
+        finally:
+            await staged.discard()
+        return True
+
+    async def _apply(
+        self,
+        worktree: pathlib.Path,
+        capture: source.SourceCapture,
+        repository: str,
+        staged: source.StagedUntracked,
+    ) -> None:
         was_missing = not await asyncio.to_thread(os.path.lexists, worktree)
         adopted = False
         early, self._early_clone = self._early_clone, None
@@ -383,13 +442,12 @@ class _Run:
             else:
                 await early.discard()
         try:
-            await source.apply(worktree, capture, repository)
+            await source.apply(worktree, capture, repository, staged=staged)
         except source.SourceError as error:
             if adopted:
                 # What the early clone put there goes too: the worktree was missing or empty.
                 checkouts.undo(worktree, was_missing)
             raise _Stop(error.reason) from None
-        return True
 
     async def _optional(self, entry: Mapping[str, Any] | None) -> bytes | None:
         return None if entry is None else await self._fetch(entry)
@@ -420,12 +478,22 @@ class _Run:
             raise _Stop(reasons.Reason.INVALID_RECORD) from None
         try:
             owner = os.stat(self.attempt.attempt_dir)
-            transcripts.write_continuation(
+            written = transcripts.write_continuation(
                 self.attempt.attempt_dir, text, uid=owner.st_uid, gid=owner.st_gid
             )
         except OSError:
             raise _Stop("continuation: continuation.txt could not be written") from None
-        self.command = tuple(adapter.opening_prompt_command(self.launch.command, text))
+        try:
+            opening = harness_base.opening(adapter, self.launch.command, text)
+        except harness_base.HarnessError:
+            # Too long for an argument, and this form of the command reads no prompt from
+            # stdin (an interactive session): the prompt cannot be delivered.
+            raise _Stop(TOO_LONG) from None
+        self.command = opening.command
+        if opening.on_stdin:
+            # The prompt is continuation.txt itself, byte for byte: the supervisor opens it
+            # as the harness's standard input.
+            self.stdin_path = str(written.absolute())
         return True
 
 

@@ -16,12 +16,14 @@ A capture holds what a replacement needs to rebuild the worktree byte for byte:
 
 Applying refuses hostile input before writing anything (unsafe or `.git/` paths in the patch
 or the untracked files, symlinks in an existing worktree leading out), clones the project when
-the worktree has no repository, fetches the bundle, checks that the patch applies to the head
-commit on a scratch index, then checks out the head on the branch (tracked files are reset to
-it, so a retried restore starts over), applies the patch to index and work tree, and writes the
-untracked files without following symlinks. Staged versus unstaged is not preserved (every
-change ends up staged); the working tree is. Repositories whose attributes convert line endings
-or run filters are restored as git's checkout writes them.
+the worktree has no repository, fetches the bundle, applies the patch to the head commit on a
+scratch index (a patch that does not apply stops here), then puts the branch on the head and
+checks out the head with the patch into index and work tree in one pass (tracked files are
+reset to it, so a retried restore starts over), and writes the untracked files without
+following symlinks (moving them in from a staging folder when `StagedUntracked` wrote them
+ahead). Staged versus unstaged is not preserved (every change ends up staged); the working
+tree is. Repositories whose attributes convert line endings or run filters are restored as
+git's checkout writes them.
 
 Git runs with no user or system configuration, no hooks, no prompts and no optional locks (a
 capture never takes the running agent's index lock). Errors are `SourceError`, whose message is
@@ -31,13 +33,16 @@ capture never takes the running agent's index lock). Errors are `SourceError`, w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import errno
 import os
 import pathlib
 import re
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 
 from services.common import errors
@@ -347,14 +352,14 @@ def _worktree_state(worktree: pathlib.Path) -> str:
 
 
 def _check_paths(root: pathlib.Path | None, relatives: Sequence[str], error: str) -> None:
-    for relative in relatives:
-        try:
-            if root is None:
+    try:
+        if root is None:
+            for relative in relatives:
                 paths.check_relative(relative)
-            else:
-                paths.safe_join(root, relative)
-        except paths.UnsafePath:
-            raise SourceError(error) from None
+        else:
+            paths.safe_join_all(root, relatives)
+    except paths.UnsafePath:
+        raise SourceError(error) from None
 
 
 async def apply(
@@ -363,6 +368,7 @@ async def apply(
     repository_url: str,
     *,
     extra_env: Mapping[str, str] | None = None,
+    staged: StagedUntracked | None = None,
 ) -> None:
     """Rebuild a captured worktree: clone if needed, bundle, head, patch, untracked files.
 
@@ -372,6 +378,7 @@ async def apply(
         repository_url: where to clone from when the worktree has no repository (a URL or a
             local path); may be empty when the bundle holds the full history.
         extra_env: variables added to git's clean environment (clone credentials).
+        staged: the capture's untracked files, already being staged (the caller discards it).
 
     Raises:
         SourceError: hostile or inconsistent input (refused before anything is written), or a
@@ -417,21 +424,92 @@ async def apply(
         # Nothing above wrote anything; from here on the worktree changes.
         try:
             await _rebuild(wt, capture, repository_url, state, scratch, env)
-            await asyncio.to_thread(_write_untracked, wt, capture.untracked)
+            staging: paths.Staging | None = None
+            names: list[str | None] = [None] * len(capture.untracked)
+            if staged is not None and staged.files is capture.untracked:
+                staging, names = await staged.staged()
+            await asyncio.to_thread(_write_untracked, wt, capture.untracked, staging, names)
         except SourceError:
             if state != "repository":
                 await asyncio.to_thread(_remove_created, wt, state)
             raise
 
 
-def _write_untracked(wt: pathlib.Path, files: Sequence[UntrackedFile]) -> None:
-    for item in files:
+class StagedUntracked:
+    """Untracked files being written ahead into a staging folder (`paths.Staging`).
+
+    Writing many files is slow, and nothing about their bytes waits on git: staging starts as
+    soon as the verified bytes are at hand, in a worker thread, while the checkout is still
+    being made; `apply` then only moves each staged file into place, with every path check.
+    A file that could not be staged (or a folder on another file system) is written there
+    directly instead, so staging can only save time, never change the result.
+
+    Args:
+        folder: where the staging folder is made (the attempt folder).
+        files: the untracked files, exactly as `apply` will get them in its capture.
+    """
+
+    def __init__(self, folder: pathlib.Path, files: tuple[UntrackedFile, ...]) -> None:
+        self.files = files
+        self._stop = threading.Event()
+        self._staging: paths.Staging | None = None
+        self._names: list[str | None] = [None] * len(files)
+        self._task = asyncio.ensure_future(asyncio.to_thread(self._stage, folder))
+
+    def _stage(self, folder: pathlib.Path) -> None:
+        if not self.files:
+            return
         try:
-            paths.write_file_no_follow(wt, item.path, item.data, item.mode)
+            for item in self.files:
+                paths.check_relative(item.path)
         except paths.UnsafePath:
-            raise SourceError("source: unsafe path in untracked files") from None
+            return  # `apply` refuses these files before writing anything: stage none
+        try:
+            self._staging = paths.Staging(folder)
+            for index, item in enumerate(self.files):
+                if self._stop.is_set():
+                    return
+                self._names[index] = self._staging.add(item.data, item.mode)
         except OSError:
-            raise SourceError("source: untracked file could not be written") from None
+            return  # what is not staged is written directly
+
+    async def staged(self) -> tuple[paths.Staging | None, list[str | None]]:
+        """Wait for staging to end: the staging folder and each file's staged name, if any."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._task)
+        return self._staging, self._names
+
+    async def discard(self) -> None:
+        """Stop staging and remove the staging folder with whatever was not placed."""
+        self._stop.set()
+        await self.staged()
+        if self._staging is not None:
+            await asyncio.to_thread(self._staging.close)
+            self._staging = None
+
+
+def _write_untracked(
+    wt: pathlib.Path,
+    files: Sequence[UntrackedFile],
+    staging: paths.Staging | None,
+    names: Sequence[str | None],
+) -> None:
+    """Write the untracked files, each with the no-follow checks, in one pass over the tree."""
+    try:
+        with paths.TreeWriter(wt) as writer:
+            for item, name in zip(files, names, strict=True):
+                if staging is not None and name is not None:
+                    try:
+                        writer.place(item.path, staging, name)
+                        continue
+                    except OSError as error:
+                        if error.errno != errno.EXDEV:
+                            raise
+                writer.write(item.path, item.data, item.mode)
+    except paths.UnsafePath:
+        raise SourceError("source: unsafe path in untracked files") from None
+    except OSError:
+        raise SourceError("source: untracked file could not be written") from None
 
 
 async def _rebuild(
@@ -490,22 +568,53 @@ async def _rebuild(
         env=env,
         error="source: head commit is missing",
     )
+    tree = f"{head}^{{tree}}"
     if capture.patch:
+        # The patch is applied to a scratch index first: one that does not apply stops the
+        # restore before the work tree changes, and one that does gives the tree to check out.
         scratch_env = {**env, "GIT_INDEX_FILE": str(scratch / "index")}
         await _git_ok(
             ["read-tree", head], cwd=wt, env=scratch_env, error="source: head commit is missing"
         )
         await _git_ok(
-            ["apply", "--check", "--cached", "--binary", str(patch_file)],
+            ["apply", "--cached", "--binary", "--whitespace=nowarn", str(patch_file)],
             cwd=wt,
             env=scratch_env,
             error="source: patch does not apply",
         )
+        written = await _git_ok(
+            ["write-tree"], cwd=wt, env=scratch_env, error="source: patch does not apply"
+        )
+        tree = written.decode("ascii", errors="replace").strip()
+        if not _COMMIT.fullmatch(tree):
+            raise SourceError("source: patch does not apply")
+    # HEAD moves to the head commit (on the branch), then index and work tree become the head
+    # with the patch in one checkout: every uncommitted change staged, tracked files reset
+    # (so a retried restore starts over). One pass, so no second process has to re-read the
+    # files this checkout just wrote to trust the index it wrote.
     if capture.branch:
-        checkout = ["checkout", "--quiet", "--force", "-B", capture.branch, head]
+        await _git_ok(
+            ["update-ref", "-m", "agentihooks restore", f"refs/heads/{capture.branch}", head],
+            cwd=wt,
+            env=env,
+            error="source: checkout failed",
+        )
+        await _git_ok(
+            ["symbolic-ref", "HEAD", f"refs/heads/{capture.branch}"],
+            cwd=wt,
+            env=env,
+            error="source: checkout failed",
+        )
     else:
-        checkout = ["checkout", "--quiet", "--force", "--detach", head]
-    await _git_ok(checkout, cwd=wt, env=env, error="source: checkout failed")
+        await _git_ok(
+            ["update-ref", "--no-deref", "-m", "agentihooks restore", "HEAD", head],
+            cwd=wt,
+            env=env,
+            error="source: checkout failed",
+        )
+    await _git_ok(
+        ["read-tree", "--reset", "-u", tree], cwd=wt, env=env, error="source: checkout failed"
+    )
     await _git(["update-ref", "-d", _RESTORE_REF], cwd=wt, env=env)
     if capture.branch:
         # Best effort: the restored branch tracks its remote counterpart when there is one.
@@ -513,13 +622,6 @@ async def _rebuild(
             ["branch", "--quiet", f"--set-upstream-to=origin/{capture.branch}"],
             cwd=wt,
             env=env,
-        )
-    if capture.patch:
-        await _git_ok(
-            ["apply", "--index", "--binary", "--whitespace=nowarn", str(patch_file)],
-            cwd=wt,
-            env=env,
-            error="source: patch does not apply",
         )
 
 

@@ -2,7 +2,10 @@
 
 Each is a small Python script (shebang: this interpreter). `--version` prints a configurable
 version in the real CLI's format (`2.1.3 (Claude Code)`, `codex-cli 0.162.0`); any other
-invocation appends `{"harness", "argv", "cwd"}` as one JSON line to the record file and exits 0.
+invocation appends `{"harness", "argv", "cwd", "stdin"}` as one JSON line to the record file and
+exits 0. `stdin` is what standard input held when it is a regular file (as the supervisor gives
+a prompt too long for an argument), else None: a terminal or a pipe is never read, so the fake
+cannot hang on an input nobody closes.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ VERSION_FORMATS = {"claude": "{version} (Claude Code)", "codex": "codex-cli {ver
 DEFAULT_VERSIONS = {"claude": "2.1.3", "codex": "0.162.0"}
 
 _SCRIPT = """#!{python}
-import json, os, sys
+import json, os, stat, sys
 NAME = {name!r}
 OUTPUT = {output!r}
 EXIT = {exit_code!r}
@@ -25,8 +28,14 @@ RECORD = {record!r}
 if sys.argv[1:] == ["--version"]:
     print(OUTPUT)
     sys.exit(EXIT)
+try:
+    regular = stat.S_ISREG(os.fstat(0).st_mode)
+except OSError:
+    regular = False
+stdin = os.fdopen(0, "rb").read().decode("utf-8") if regular else None
+call = {{"harness": NAME, "argv": sys.argv, "cwd": os.getcwd(), "stdin": stdin}}
 with open(RECORD, "a", encoding="utf-8") as handle:
-    handle.write(json.dumps({{"harness": NAME, "argv": sys.argv, "cwd": os.getcwd()}}) + "\\n")
+    handle.write(json.dumps(call) + "\\n")
 """
 
 

@@ -12,6 +12,7 @@ Errors never carry session content or paths.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -107,9 +108,51 @@ class Harness(Protocol):
         """The original harness command with `prompt` as its opening prompt."""
         ...
 
+    def stdin_prompt_command(self, original_command: Sequence[str]) -> list[str]:
+        """The original harness command reading its opening prompt from standard input.
+
+        Raises:
+            HarnessError: this form of the command reads no prompt from standard input (an
+                interactive session needs its terminal there).
+        """
+        ...
+
     def prepare_home(self, home: pathlib.Path) -> None:
         """Make the harness home ready for an unattended first turn."""
         ...
+
+
+# --- opening prompts -----------------------------------------------------------------------
+
+MAX_ARGUMENT_BYTES = 128 * 1024
+"""Linux's limit on one process argument (MAX_ARG_STRLEN), its terminating NUL included."""
+
+
+def fits_argument(word: str) -> bool:
+    """Whether `execve` accepts `word` as one argument (its UTF-8 bytes and a NUL)."""
+    return len(word.encode("utf-8")) < MAX_ARGUMENT_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class Opening:
+    """How the harness gets its opening prompt: `command`, and whether the prompt comes on
+    standard input (the supervisor then opens the prompt's file as the command's stdin)."""
+
+    command: tuple[str, ...] = dataclasses.field(repr=False)
+    on_stdin: bool
+
+
+def opening(harness: Harness, original_command: Sequence[str], prompt: str) -> Opening:
+    """The command that opens with `prompt`: as its last argument when one argument can carry
+    it, else on standard input.
+
+    Raises:
+        HarnessError: the original command is not one the harness runs, or the prompt is too
+            long for an argument and this form of the command reads none from stdin.
+    """
+    if fits_argument(prompt):
+        return Opening(tuple(harness.opening_prompt_command(original_command, prompt)), False)
+    return Opening(tuple(harness.stdin_prompt_command(original_command)), True)
 
 
 # --- versions ------------------------------------------------------------------------------
@@ -171,6 +214,12 @@ async def run_version(executable: str) -> str:
         process.kill()
         await process.wait()
         raise HarnessError("harness: version command timed out") from None
+    except asyncio.CancelledError:
+        # A restore refused while the version was still being read leaves no process behind.
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
     if process.returncode != 0:
         raise HarnessError("harness: version command failed")
     return parse_version(stdout.decode("utf-8", errors="replace"))

@@ -21,6 +21,11 @@ on-disk layout, not against its source):
 - `claude --version` prints `2.1.3 (Claude Code)`.
 - Prompt: one positional argument. Options that consume values are listed below so a value is
   never taken for the prompt; `--` ends options (commander), so the prompt is passed after it.
+- A prompt too long for one argument goes on standard input: in print mode (`-p`/`--print`)
+  with no prompt argument and the default `--input-format text`, `claude` reads its prompt
+  from stdin when stdin is not a terminal (Claude Code's CLI documentation: piped content is
+  the prompt, or is appended to a prompt argument). An interactive session keeps its terminal
+  on stdin, so it has no such way.
 """
 
 from __future__ import annotations
@@ -147,6 +152,16 @@ def _layout(files: Sequence[base.SessionFile]) -> tuple[str, list[tuple[base.Ses
     return session_id, placed
 
 
+def _input_format(parsed: base.ParsedCommand) -> str | None:
+    """The value of the command's last `--input-format`, or None when it has none."""
+    found: str | None = None
+    for token in parsed.tokens:
+        name, _, attached = token.words[0].partition("=")
+        if token.option and name == "--input-format":
+            found = attached or (token.words[1] if len(token.words) > 1 else "")
+    return found
+
+
 class ClaudeCode:
     """The Claude Code harness."""
 
@@ -246,6 +261,21 @@ class ClaudeCode:
         """
         parsed = base.parse_command(original_command, FLAGS)
         return [parsed.executable, *parsed.options(), "--", prompt]
+
+    def stdin_prompt_command(self, original_command: Sequence[str]) -> list[str]:
+        """The original print-mode command without its prompt: `claude -p` reads it from stdin.
+
+        Raises:
+            HarnessError: the command is interactive (no `-p`/`--print`), or its input format
+                is not text (stdin would have to hold stream-json messages).
+        """
+        parsed = base.parse_command(original_command, FLAGS)
+        options = parsed.options()
+        if not {"-p", "--print"} & set(options):
+            raise base.HarnessError("harness: an interactive claude reads no prompt from stdin")
+        if _input_format(parsed) not in (None, "text"):
+            raise base.HarnessError("harness: this claude reads stream-json from stdin")
+        return [parsed.executable, *options]
 
     def prepare_home(self, home: pathlib.Path) -> None:
         """Mark first-run onboarding completed in `~/.claude.json`, keeping every other key.

@@ -22,6 +22,10 @@ descriptions of its on-disk layout, not against its source):
 - The original command is the interactive `codex [OPTIONS] [PROMPT]` or
   `codex [OPTIONS] exec [OPTIONS] [PROMPT]`; resume is `codex resume <id> [OPTIONS]` and
   `codex exec [OPTIONS] resume <id>` respectively. Other subcommands are refused.
+- A prompt too long for one argument goes on standard input: `codex exec [OPTIONS] -` reads
+  its prompt from stdin (`codex exec --help`: "If not provided as an argument (or if `-` is
+  used), instructions are read from stdin"). The interactive `codex [PROMPT]` takes its
+  prompt only as an argument, so it has no such way.
 """
 
 from __future__ import annotations
@@ -313,6 +317,17 @@ class Codex:
         if is_exec:
             return [executable, *options, "exec", *exec_options, "--", prompt]
         return [executable, *options, "--", prompt]
+
+    def stdin_prompt_command(self, original_command: Sequence[str]) -> list[str]:
+        """`codex … exec … -`: the original exec command reading its prompt from stdin.
+
+        Raises:
+            HarnessError: the command is the interactive `codex`, or another subcommand.
+        """
+        executable, options, is_exec, exec_options = self._split(original_command)
+        if not is_exec:
+            raise base.HarnessError("harness: an interactive codex reads no prompt from stdin")
+        return [executable, *options, "exec", *exec_options, "-"]
 
     def prepare_home(self, home: pathlib.Path) -> None:
         """Nothing to prepare: Codex needs no first-run marker."""

@@ -19,6 +19,7 @@ import sys
 import pytest
 
 from services.common import directives, settings
+from services.restorer import transcripts
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import ports
 
@@ -48,6 +49,8 @@ async def _entry(
         *extra,
         env=environment,
         cwd=REPO,
+        # Not the test runner's own stdin: what the harness reads there is the supervisor's.
+        stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -86,6 +89,67 @@ async def test_entry_execs_the_native_resume_command_in_the_worktree(
     assert pathlib.Path(call["cwd"]) == scene.worktree
     steps = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert {"event": "restore_step", "step": "native", "status": "done"} in steps
+
+
+async def _reconstructed(
+    tmp_path: pathlib.Path, extra: int
+) -> tuple[kit.Scene, settings.RestorerSettings]:
+    """A reconstructed restore of a conversation `extra` bytes longer, for `claude -p`."""
+    scene = kit.make_scene(tmp_path)
+    session = next((scene.fenced_home / ".claude" / "projects").rglob("*.jsonl"))
+    with session.open("a", encoding="utf-8") as handle:
+        for n in range(extra // 1024):
+            record = {"type": "user", "n": n, "text": "\u2028 z " * 170}
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(tmp_path / "checkpoints")})
+    captured = await kit.capture(scene, storage)
+    launch = scene.launch(kit.directive_for(captured, C.RECONSTRUCTED))
+    launch = dataclasses.replace(launch, command=(scene.executable, "-p", "--model", "opus", "t"))
+    conf = scene.conf(
+        LAUNCH_RECORD=scene.write_launch(launch), CHECKPOINT_ROOT=str(tmp_path / "checkpoints")
+    )
+    return scene, conf
+
+
+async def _entry_beside_sidecar(
+    scene: kit.Scene, conf: settings.RestorerSettings
+) -> tuple[int, str, str]:
+    car, stop = await kit.start_sidecar(conf)
+    try:
+        return await _entry(scene.worktree, car.addr)
+    finally:
+        await stop()
+
+
+async def test_a_long_opening_prompt_reaches_the_harness_on_stdin(tmp_path: pathlib.Path) -> None:
+    """A 1 MiB transcript restores reconstructed: the supervisor opens continuation.txt as the
+    harness's standard input, so `claude -p` receives the exact opening text there (the line
+    `Continue from this recorded conversation. Native resume was unavailable.` and every
+    record, U+2028 included) and no prompt argument."""
+    scene, conf = await _reconstructed(tmp_path, 1 << 20)
+    code, _, err = await _entry_beside_sidecar(scene, conf)
+    assert code == 0, err
+    (call,) = scene.fakes.calls()
+    opening = (scene.attempt_dir / "continuation.txt").read_text(encoding="utf-8")
+    assert len(opening.encode()) > 1 << 20
+    assert opening.startswith(transcripts.OPENING_LINE + "\n") and "\u2028" in opening
+    assert call["stdin"] == opening
+    assert call["argv"][1:] == ["-p", "--model", "opus"]
+    assert kit.CONVERSATION_SECRET not in err
+
+
+async def test_a_short_opening_prompt_reaches_the_harness_as_an_argument(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A prompt one argument can carry is still passed as the last argument; the harness's
+    standard input is left as the entry point's own (here /dev/null, never read as a prompt)."""
+    scene, conf = await _reconstructed(tmp_path, 0)
+    code, _, err = await _entry_beside_sidecar(scene, conf)
+    assert code == 0, err
+    (call,) = scene.fakes.calls()
+    opening = (scene.attempt_dir / "continuation.txt").read_text(encoding="utf-8")
+    assert call["argv"][1:] == ["-p", "--model", "opus", "--", opening]
+    assert call["stdin"] is None
 
 
 async def test_entry_stops_the_launch_on_a_refusal(tmp_path: pathlib.Path) -> None:

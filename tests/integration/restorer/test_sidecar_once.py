@@ -17,6 +17,7 @@ import pytest
 from agentihooks.swarm.v2 import restorer_pb2
 
 from services.common import directives, settings
+from services.restorer import launching
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import store_server
 
@@ -200,3 +201,39 @@ async def test_an_unexpected_failure_still_ends_the_stream_with_a_refusal(
     (line,) = json_logs.events("restore_failed")
     assert line["exception"] == "RuntimeError"
     assert kit.CONVERSATION_SECRET not in json_logs.text()
+
+
+async def test_a_seats_first_attempt_reports_nothing_and_logs_restore_ready(
+    tmp_path: pathlib.Path, json_logs: kit.JsonLogs
+) -> None:
+    """A worker launched with checkpoint_remote reports its outcome to the controller, which
+    waits for the replacement of a fenced attempt: a seat's first attempt (generation 1)
+    replaces nobody, so it calls no ReportRestore (the controller is up and would record it)
+    and logs `restore_ready`, never `restore_verified`."""
+    scene = kit.make_scene(tmp_path, existing=True)
+    first = launching.Scope("example", "eng-2", "t-eng-2", 1, "e-41", 1)
+    credential = kit.worker_credential("e-41", 1)
+    double, control, stop = await kit.start_recovery(credential)
+    try:
+        launch = scene.launch(directives.FRESH, scope=first, remote=True)
+        conf = scene.conf(
+            LAUNCH_RECORD=scene.write_launch(launch),
+            CONTROL_ADDR=control,
+            WORKER_CREDENTIAL=credential,
+        )
+        run = await kit.restore_once(conf, scene.worktree)
+    finally:
+        await stop()
+    assert list(run.ready.command) == list(scene.command())
+    assert double.reports == [] and double.presented == []
+    assert not any(step == "report" for step, _ in run.steps)
+    assert json_logs.events("restore_verified") == []
+    (ready,) = json_logs.events("restore_ready")
+    assert ready == {
+        "event": "restore_ready",
+        "execution_id": "e-41",
+        "recovery": "fresh",
+        "checkpoint_id": None,
+        "watermark": None,
+    }
+    assert credential not in json_logs.text()

@@ -8,6 +8,7 @@ an existing checkout at a different path, and ends with the same tree byte for b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -196,17 +197,61 @@ async def test_fresh_needs_no_checkpoint_store(tmp_path: pathlib.Path) -> None:
     assert list(run.ready.command) == list(scene.command())
 
 
-async def test_an_opening_prompt_too_long_for_exec_is_refused_before_it_is_reported(
-    tmp_path: pathlib.Path,
-) -> None:
-    """A restore never reports more continuity than it delivered: a reconstructed prompt longer
-    than one process argument can carry (execve would refuse it) stops the launch here, with a
-    reason, instead of failing once the harness is started."""
-    scene = kit.make_scene(tmp_path)
+def _lengthen_conversation(scene: kit.Scene, size: int) -> None:
+    """Append conversation records to the fenced session until it holds `size` more bytes."""
     session = next((scene.fenced_home / ".claude" / "projects").rglob("*.jsonl"))
     with session.open("a", encoding="utf-8") as handle:
-        for n in range(200):
+        for n in range(size // 1024 + 1):
             handle.write(json.dumps({"type": "user", "n": n, "text": "y" * 1000}) + "\n")
+
+
+async def test_an_opening_prompt_longer_than_an_argument_goes_on_stdin(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Real conversations outgrow one process argument (Linux refuses one over 128 KiB): a
+    reconstructed restore of a 1 MiB transcript is delivered, the print-mode command without a
+    prompt argument (`claude -p` reads it from stdin) and `continuation.txt`, mode 0600, named
+    as the file the supervisor opens as the harness's standard input."""
+    scene = kit.make_scene(tmp_path)
+    _lengthen_conversation(scene, 1 << 20)
+    captured = await kit.capture(scene, _storage(scene))
+    launch = scene.launch(kit.directive_for(captured, C.RECONSTRUCTED))
+    launch = dataclasses.replace(launch, command=(scene.executable, "-p", "--model", "opus", "t"))
+    conf = scene.conf(
+        LAUNCH_RECORD=scene.write_launch(launch), CHECKPOINT_ROOT=str(scene.tmp / "checkpoints")
+    )
+    run = await kit.restore_once(conf, scene.worktree)
+
+    continuation = scene.attempt_dir / "continuation.txt"
+    assert run.ready.stdin_path == str(continuation)
+    assert list(run.ready.command) == [scene.executable, "-p", "--model", "opus"]
+    text = continuation.read_text(encoding="utf-8")
+    assert len(text.encode()) > 1 << 20
+    assert text.startswith(transcripts.OPENING_LINE + "\n")
+    assert stat.S_IMODE(continuation.stat().st_mode) == 0o600
+    assert run.status.restore_outcomes_by_type["reconstructed"] == 1
+    _assert_same_tree(scene)
+
+
+async def test_a_short_opening_prompt_stays_an_argument(tmp_path: pathlib.Path) -> None:
+    """A prompt one argument can carry is passed as before, with no standard input named."""
+    scene = kit.make_scene(tmp_path)
+    captured = await kit.capture(scene, _storage(scene))
+    run = await _restore(scene, kit.directive_for(captured, C.RECONSTRUCTED))
+    assert run.ready.stdin_path == ""
+    text = (scene.attempt_dir / "continuation.txt").read_text(encoding="utf-8")
+    assert list(run.ready.command)[-2:] == ["--", text]
+
+
+async def test_a_long_opening_prompt_for_an_interactive_command_is_refused_before_it_is_reported(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A restore never reports more continuity than it delivered: an interactive command takes
+    its prompt only as an argument (its terminal is on stdin), so a reconstructed prompt longer
+    than one argument can carry (execve would refuse it) stops the launch here, with a reason,
+    instead of failing once the harness is started."""
+    scene = kit.make_scene(tmp_path)
+    _lengthen_conversation(scene, 200 * 1024)
     captured = await kit.capture(scene, _storage(scene))
     run = await _restore(scene, kit.directive_for(captured, C.RECONSTRUCTED))
     assert run.reason == (

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import pathlib
 
 import pytest
 
-from services.restorer import source
+from services.restorer import paths, source
 from tests.support import git_repos
 
 pytestmark = pytest.mark.usefixtures("usual_umask")
@@ -144,3 +146,69 @@ async def test_untracked_symlinks_are_skipped_and_counted(tmp_path: pathlib.Path
     captured = await source.capture(project.worktree)
     assert captured.untracked == ()
     assert captured.skipped_untracked == 1
+
+
+async def test_staged_untracked_files_are_moved_into_place(tmp_path: pathlib.Path) -> None:
+    """Untracked files written ahead into a staging folder (while the checkout is made) end up
+    exactly as if written in place, modes included; the staging folder then goes, and every
+    change is staged in the index as before (the patch checked out in one pass)."""
+    project = git_repos.project(tmp_path)
+    want = git_repos.snapshot(project.worktree, git_repos.IGNORED)
+    captured = await source.capture(project.worktree)
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    restored = attempt / "worktree"
+    staged = source.StagedUntracked(attempt, captured.untracked)
+    try:
+        await source.apply(restored, captured, project.url, staged=staged)
+    finally:
+        await staged.discard()
+    assert git_repos.snapshot(restored) == want
+    assert sorted(p.name for p in attempt.iterdir()) == ["worktree"]
+    assert git_repos.git(restored, "diff", "--name-only") == ""  # nothing left unstaged
+    staged_paths = git_repos.git(restored, "diff", "--cached", "--name-only").splitlines()
+    assert staged_paths == git_repos.git(project.worktree, "diff", "HEAD", "--name-only").split()
+
+
+async def test_a_staging_folder_on_another_file_system_falls_back_to_writing(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Staging only saves time: when a staged file cannot be moved (EXDEV, the attempt folder
+    on another file system), its bytes are written in place instead, with the same result."""
+    project = git_repos.project(tmp_path)
+    want = git_repos.snapshot(project.worktree, git_repos.IGNORED)
+    captured = await source.capture(project.worktree)
+
+    def cross_device(*args: object) -> pathlib.Path:
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(paths.TreeWriter, "place", cross_device)
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    staged = source.StagedUntracked(attempt, captured.untracked)
+    try:
+        await source.apply(attempt / "worktree", captured, project.url, staged=staged)
+    finally:
+        await staged.discard()
+    assert git_repos.snapshot(attempt / "worktree") == want
+    assert sorted(p.name for p in attempt.iterdir()) == ["worktree"]
+
+
+async def test_hostile_untracked_paths_are_not_even_staged(tmp_path: pathlib.Path) -> None:
+    """An untracked path the record format refuses is refused before anything is written, and
+    nothing of that capture is written ahead either."""
+    project = git_repos.project(tmp_path)
+    captured = await source.capture(project.worktree)
+    hostile = dataclasses.replace(
+        captured,
+        untracked=(*captured.untracked, source.UntrackedFile("../escape", 0o644, b"x")),
+    )
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    staged = source.StagedUntracked(attempt, hostile.untracked)
+    assert await staged.staged() == (None, [None] * len(hostile.untracked))
+    with pytest.raises(source.SourceError, match="unsafe path in untracked files"):
+        await source.apply(attempt / "worktree", hostile, project.url, staged=staged)
+    await staged.discard()
+    assert list(attempt.iterdir()) == []
+    assert not (tmp_path / "escape").exists()

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from agentihooks.swarm.v2 import types_pb2 as agentihooks_dot_swarm_dot_v2_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#agentihooks/swarm/v2/restorer.proto\x12\x14\x61gentihooks.swarm.v2\x1a agentihooks/swarm/v2/types.proto\"\"\n\x0eRestoreRequest\x12\x10\n\x08worktree\x18\x01 \x01(\t\"+\n\x0bRestoreStep\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\x9d\x01\n\x0cRestoreReady\x12\x32\n\x08recovery\x18\x01 \x01(\x0e\x32 .agentihooks.swarm.v2.Continuity\x12\x0f\n\x07\x63ommand\x18\x02 \x03(\t\x12\x15\n\rcheckpoint_id\x18\x03 \x01(\t\x12\x16\n\twatermark\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x0b\n\x03\x63wd\x18\x05 \x01(\tB\x0c\n\n_watermark\" \n\x0eRestoreRefused\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xb8\x01\n\x0cRestoreEvent\x12\x31\n\x04step\x18\x01 \x01(\x0b\x32!.agentihooks.swarm.v2.RestoreStepH\x00\x12\x33\n\x05ready\x18\x02 \x01(\x0b\x32\".agentihooks.swarm.v2.RestoreReadyH\x00\x12\x37\n\x07refused\x18\x03 \x01(\x0b\x32$.agentihooks.swarm.v2.RestoreRefusedH\x00\x42\x07\n\x05\x65vent\"\x19\n\x17GetRestoreStatusRequest\"\xa8\x02\n\rRestoreStatus\x12\r\n\x05state\x18\x01 \x01(\t\x12\x31\n\x05ready\x18\x02 \x01(\x0b\x32\".agentihooks.swarm.v2.RestoreReady\x12\x35\n\x07refused\x18\x03 \x01(\x0b\x32$.agentihooks.swarm.v2.RestoreRefused\x12`\n\x18restore_outcomes_by_type\x18\x04 \x03(\x0b\x32>.agentihooks.swarm.v2.RestoreStatus.RestoreOutcomesByTypeEntry\x1a<\n\x1aRestoreOutcomesByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xc9\x01\n\x08Restorer\x12U\n\x07Restore\x12$.agentihooks.swarm.v2.RestoreRequest\x1a\".agentihooks.swarm.v2.RestoreEvent0\x01\x12\x66\n\x10GetRestoreStatus\x12-.agentihooks.swarm.v2.GetRestoreStatusRequest\x1a#.agentihooks.swarm.v2.RestoreStatusb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n#agentihooks/swarm/v2/restorer.proto\x12\x14\x61gentihooks.swarm.v2\x1a agentihooks/swarm/v2/types.proto\"\"\n\x0eRestoreRequest\x12\x10\n\x08worktree\x18\x01 \x01(\t\"+\n\x0bRestoreStep\x12\x0c\n\x04step\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\"\xb1\x01\n\x0cRestoreReady\x12\x32\n\x08recovery\x18\x01 \x01(\x0e\x32 .agentihooks.swarm.v2.Continuity\x12\x0f\n\x07\x63ommand\x18\x02 \x03(\t\x12\x15\n\rcheckpoint_id\x18\x03 \x01(\t\x12\x16\n\twatermark\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12\x0b\n\x03\x63wd\x18\x05 \x01(\t\x12\x12\n\nstdin_path\x18\x06 \x01(\tB\x0c\n\n_watermark\" \n\x0eRestoreRefused\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xb8\x01\n\x0cRestoreEvent\x12\x31\n\x04step\x18\x01 \x01(\x0b\x32!.agentihooks.swarm.v2.RestoreStepH\x00\x12\x33\n\x05ready\x18\x02 \x01(\x0b\x32\".agentihooks.swarm.v2.RestoreReadyH\x00\x12\x37\n\x07refused\x18\x03 \x01(\x0b\x32$.agentihooks.swarm.v2.RestoreRefusedH\x00\x42\x07\n\x05\x65vent\"\x19\n\x17GetRestoreStatusRequest\"\xa8\x02\n\rRestoreStatus\x12\r\n\x05state\x18\x01 \x01(\t\x12\x31\n\x05ready\x18\x02 \x01(\x0b\x32\".agentihooks.swarm.v2.RestoreReady\x12\x35\n\x07refused\x18\x03 \x01(\x0b\x32$.agentihooks.swarm.v2.RestoreRefused\x12`\n\x18restore_outcomes_by_type\x18\x04 \x03(\x0b\x32>.agentihooks.swarm.v2.RestoreStatus.RestoreOutcomesByTypeEntry\x1a<\n\x1aRestoreOutcomesByTypeEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\x32\xc9\x01\n\x08Restorer\x12U\n\x07Restore\x12$.agentihooks.swarm.v2.RestoreRequest\x1a\".agentihooks.swarm.v2.RestoreEvent0\x01\x12\x66\n\x10GetRestoreStatus\x12-.agentihooks.swarm.v2.GetRestoreStatusRequest\x1a#.agentihooks.swarm.v2.RestoreStatusb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,17 +39,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESTORESTEP']._serialized_start=131
   _globals['_RESTORESTEP']._serialized_end=174
   _globals['_RESTOREREADY']._serialized_start=177
-  _globals['_RESTOREREADY']._serialized_end=334
-  _globals['_RESTOREREFUSED']._serialized_start=336
-  _globals['_RESTOREREFUSED']._serialized_end=368
-  _globals['_RESTOREEVENT']._serialized_start=371
-  _globals['_RESTOREEVENT']._serialized_end=555
-  _globals['_GETRESTORESTATUSREQUEST']._serialized_start=557
-  _globals['_GETRESTORESTATUSREQUEST']._serialized_end=582
-  _globals['_RESTORESTATUS']._serialized_start=585
-  _globals['_RESTORESTATUS']._serialized_end=881
-  _globals['_RESTORESTATUS_RESTOREOUTCOMESBYTYPEENTRY']._serialized_start=821
-  _globals['_RESTORESTATUS_RESTOREOUTCOMESBYTYPEENTRY']._serialized_end=881
-  _globals['_RESTORER']._serialized_start=884
-  _globals['_RESTORER']._serialized_end=1085
+  _globals['_RESTOREREADY']._serialized_end=354
+  _globals['_RESTOREREFUSED']._serialized_start=356
+  _globals['_RESTOREREFUSED']._serialized_end=388
+  _globals['_RESTOREEVENT']._serialized_start=391
+  _globals['_RESTOREEVENT']._serialized_end=575
+  _globals['_GETRESTORESTATUSREQUEST']._serialized_start=577
+  _globals['_GETRESTORESTATUSREQUEST']._serialized_end=602
+  _globals['_RESTORESTATUS']._serialized_start=605
+  _globals['_RESTORESTATUS']._serialized_end=901
+  _globals['_RESTORESTATUS_RESTOREOUTCOMESBYTYPEENTRY']._serialized_start=841
+  _globals['_RESTORESTATUS_RESTOREOUTCOMESBYTYPEENTRY']._serialized_end=901
+  _globals['_RESTORER']._serialized_start=904
+  _globals['_RESTORER']._serialized_end=1105
 # @@protoc_insertion_point(module_scope)

@@ -22,18 +22,20 @@ class RestoreStep(_message.Message):
     def __init__(self, step: _Optional[str] = ..., status: _Optional[str] = ...) -> None: ...
 
 class RestoreReady(_message.Message):
-    __slots__ = ("recovery", "command", "checkpoint_id", "watermark", "cwd")
+    __slots__ = ("recovery", "command", "checkpoint_id", "watermark", "cwd", "stdin_path")
     RECOVERY_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     WATERMARK_FIELD_NUMBER: _ClassVar[int]
     CWD_FIELD_NUMBER: _ClassVar[int]
+    STDIN_PATH_FIELD_NUMBER: _ClassVar[int]
     recovery: _types_pb2.Continuity
     command: _containers.RepeatedScalarFieldContainer[str]
     checkpoint_id: str
     watermark: int
     cwd: str
-    def __init__(self, recovery: _Optional[_Union[_types_pb2.Continuity, str]] = ..., command: _Optional[_Iterable[str]] = ..., checkpoint_id: _Optional[str] = ..., watermark: _Optional[int] = ..., cwd: _Optional[str] = ...) -> None: ...
+    stdin_path: str
+    def __init__(self, recovery: _Optional[_Union[_types_pb2.Continuity, str]] = ..., command: _Optional[_Iterable[str]] = ..., checkpoint_id: _Optional[str] = ..., watermark: _Optional[int] = ..., cwd: _Optional[str] = ..., stdin_path: _Optional[str] = ...) -> None: ...
 
 class RestoreRefused(_message.Message):
     __slots__ = ("reason",)
