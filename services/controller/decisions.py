@@ -16,7 +16,6 @@ import logging
 
 from services.common import errors, logs
 from services.controller import deciding, replacing
-from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.decisions")
@@ -146,25 +145,9 @@ async def choose(
                 ctx.client, ctx.swarm, decided.replacement_execution_id
             )
             if replacement is not None:
-                await _launch_quietly(ctx, replacement)
+                await replacing.launch_or_defer(ctx, replacement)
         return Result(decided, repeated=admission.status == "repeated")
     raise errors.Refused(deciding.NOT_PENDING)
-
-
-async def _launch_quietly(ctx: replacing.Context, replacement: records.Execution) -> None:
-    # The decision stands once accepted; a launch the runtime refused now is retried by the
-    # next recovery pass, which launches every admitted attempt not recorded as launched.
-    try:
-        await replacing.launch(ctx, replacement)
-    except pods.PodsError as exc:
-        logs.event(
-            log,
-            "launch_failed",
-            logging.WARNING,
-            swarm=ctx.swarm,
-            execution_id=replacement.execution_id,
-            exception=type(exc).__name__,
-        )
 
 
 async def restore_decision(

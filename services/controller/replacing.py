@@ -220,6 +220,31 @@ async def launch(
     return status == "launched"
 
 
+async def launch_or_defer(
+    ctx: Context,
+    execution: records.Execution,
+    *,
+    config: records.SwarmConfig | None = None,
+    seat: records.Seat | None = None,
+) -> None:
+    """`launch`, leaving a launch the runtime refused now to the next recovery pass.
+
+    The admission is recorded before this is called, and every pass launches each admitted
+    attempt not recorded as launched, so a refusal here loses nothing.
+    """
+    try:
+        await launch(ctx, execution, config=config, seat=seat)
+    except pods.PodsError as exc:
+        logs.event(
+            log,
+            "launch_failed",
+            logging.WARNING,
+            swarm=ctx.swarm,
+            execution_id=execution.execution_id,
+            exception=type(exc).__name__,
+        )
+
+
 _AUTHORITY = (
     records.ReleaseKind.LAUNCH_GRANT,
     records.ReleaseKind.STORE_GRANTS,

@@ -21,7 +21,6 @@ import yaml
 
 from services.common import directives, errors, logs, tokens
 from services.controller import replacing
-from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, records
 
 log = logging.getLogger("services.controller.swarms")
@@ -224,20 +223,9 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
 
     async def launch(execution: records.Execution) -> None:
         async with limit:
-            try:
-                await replacing.launch(
-                    ctx, execution, config=document.config, seat=seats_now.get(execution.seat)
-                )
-            except pods.PodsError as exc:
-                # Admitted and recorded: the next recovery pass launches it.
-                logs.event(
-                    log,
-                    "launch_failed",
-                    logging.WARNING,
-                    swarm=ctx.swarm,
-                    execution_id=execution.execution_id,
-                    exception=type(exc).__name__,
-                )
+            await replacing.launch_or_defer(
+                ctx, execution, config=document.config, seat=seats_now.get(execution.seat)
+            )
 
     try:
         async with asyncio.TaskGroup() as group:
