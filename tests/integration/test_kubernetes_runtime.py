@@ -376,6 +376,11 @@ async def test_cluster_errors_map_onto_the_runtime_errors(pods, k8s) -> None:
     with pytest.raises(runtime.PodsUnavailable) as unavailable:
         await pods.list_attempts("example")
     assert (unavailable.value.code, unavailable.value.retry_after) == (503, 2.0)
+    # The failed pods list cancelled its concurrent nodes list; let a request of it that was
+    # already on the wire land (and be answered) before the next fault is armed, or it would
+    # take that fault.
+    await asyncio.sleep(0.2)
+    await pods.list_attempts("example")
     k8s.fail_next("list nodes", 403)
     with pytest.raises(runtime.PodsRefused) as refused:
         await pods.list_attempts("example")
