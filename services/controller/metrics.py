@@ -74,9 +74,15 @@ class Metrics:
             ["swarm"],
             registry=self.registry,
         )
+        self.watch_fences = Counter(
+            "agentihooks_watch_fences",
+            "Attempts fenced from a watch event, without listing the swarm",
+            ["swarm"],
+            registry=self.registry,
+        )
         self.pass_seconds = Histogram(
             "agentihooks_recovery_pass_seconds",
-            "Duration of one recovery pass",
+            "Duration of one listing recovery pass",
             ["swarm"],
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
@@ -90,7 +96,10 @@ class Metrics:
         self.pending.labels(swarm).inc(len(report.pending))
         self.decisions.labels(swarm).inc(len(report.accepted))
         self.launches.labels(swarm).inc(len(report.launched))
-        self.pass_seconds.labels(swarm).observe(report.seconds)
+        if report.watched:
+            self.watch_fences.labels(swarm).inc(len(report.fenced))
+        else:
+            self.pass_seconds.labels(swarm).observe(report.seconds)
 
     async def refresh(self, recoveries: dict[str, recovering.Recovery]) -> None:
         """Read the Redis-backed figures of every swarm (before a scrape)."""

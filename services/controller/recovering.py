@@ -2,11 +2,24 @@
 
 `Recovery.reconcile` lists the swarm's attempts every pass, fences each failed current attempt,
 and then, seat by seat, finishes whatever recovery the state records as unfinished: releases not
-yet recorded in a fence, a fence without a decision, an admitted attempt not yet launched. Then it
-applies recorded decision requests and drops them. Each step is idempotent and recorded, so a
-controller killed between any two writes and restarted finishes the work without doing any of
-it twice. A controller that lost its lease changes nothing: its pass stops at the first refused
-write.
+yet recorded in a fence, a fence without a decision, an admitted attempt not yet launched, a lost
+attempt's Pod not yet removed. Then it applies recorded decision requests and drops them. Each
+step is idempotent and recorded, so a controller killed between any two writes and restarted
+finishes the work without doing any of it twice. A controller that lost its lease changes
+nothing: its pass stops at the first refused write.
+
+Order within a seat: fence; the authority releases (worker credential and store grants revoked,
+account slot ended: one script, recorded together); decide; launch the replacement; remove the
+lost attempt's Pod. The Pod goes last because nothing waits on it: with its authority released
+the lost worker can do nothing, so the replacement is not held up by a Pod deletion.
+
+The watch's fast path. Between passes the runtime's watch hands over attempts whose own
+worker status shows a failure (`pods.Change.failed`); `recover_failed` takes those seats
+through the same steps at once, without listing the swarm, beside any listing pass that is
+running. One seat is worked on by one of them at a time (a lock per seat), and a listing pass
+skips a seat the fast path worked on after it listed (what it listed of it is stale; its next
+pass looks again). Everything else the watch sees (a Pod deleted from under the runtime, a node
+going NotReady, an image pull's grace running out) wakes a listing pass.
 
 Refused restores are held. A replacement that reported a restore refusal is neither fenced nor
 replaced, even once its worker exits non-zero: the accepted decision stays in place for the
@@ -30,11 +43,12 @@ up its Pod fences nothing. An attempt admitted but not launched yet is launched,
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -71,6 +85,8 @@ class PassReport:
     """Expected attempts the runtime's list did not show (counted towards `MISSING_PASSES`)."""
     relaunched: list[str] = dataclasses.field(default_factory=list)
     """Refused replacements whose deleted worker is launched again."""
+    watched: bool = False
+    """A watch's fast path over the seats of attempts it saw fail, not a listing pass."""
     requests_applied: int = 0
     requests_refused: int = 0
     errors: list[str] = dataclasses.field(default_factory=list)
@@ -129,6 +145,13 @@ class Recovery:
             store_addr=store_addr,
             entry_point=entry_point,
         )
+        # One seat is worked on by one pass at a time (a listing pass and the watch's fast path
+        # run side by side); `_touched` counts the fast path's visits, so a listing pass can tell
+        # that what it listed of a seat has been overtaken.
+        self._seat_locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(
+            asyncio.Lock
+        )
+        self._touched: collections.Counter[str] = collections.Counter()
 
     # The pass.
 
@@ -139,15 +162,52 @@ class Recovery:
             What the pass did; `lease_lost` when it stopped because the lease was lost (then
             it wrote nothing after the loss), `standby` when this controller holds no lease.
         """
-        report = PassReport()
+
+        async def work(report: PassReport) -> None:
+            await self._recover_seats(report)
+            applied, refused = await decisions.apply_requests(self.ctx)
+            report.requests_applied, report.requests_refused = applied, refused
+
+        return await self._pass(PassReport(), work)
+
+    async def recover_failed(self, attempts: Iterable[pods.Attempt]) -> PassReport:
+        """The watch's fast path: recover the seats of attempts a watch saw fail, at once and
+        without listing the swarm.
+
+        Each seat goes through the same steps as in a listing pass (fence, release, decide,
+        replace, then the lost attempt's Pod removed), one pass at a time per seat. What this
+        misses (a write that failed, a seat whose attempt was already superseded) the next
+        listing pass finds, as it would without a watch.
+        """
+        newest: dict[str, pods.Attempt] = {}
+        for attempt in attempts:
+            seen = newest.get(attempt.seat)
+            if (
+                attempt.swarm == self.swarm
+                and attempt.failure is not None
+                and (seen is None or attempt.generation > seen.generation)
+            ):
+                newest[attempt.seat] = attempt
+
+        async def one(name: str) -> None:
+            async with self._seat_locks[name]:
+                self._touched[name] += 1
+                seat = await reading.seat(self.client, self.swarm, name)
+                if seat is not None:
+                    await self._recover_seat(seat, newest[name], {}, report)
+
+        report = PassReport(watched=True)
+        return await self._pass(report, lambda r: self._each(r, sorted(newest), one))
+
+    async def _pass(
+        self, report: PassReport, work: Callable[[PassReport], Awaitable[None]]
+    ) -> PassReport:
         started = time.monotonic()
         if not self.lease.is_held():
             report.standby = True
             return report
         try:
-            await self._recover_seats(report)
-            applied, refused = await decisions.apply_requests(self.ctx)
-            report.requests_applied, report.requests_refused = applied, refused
+            await work(report)
         except scripting.LeaseLost:
             report.lease_lost = True
             logs.event(
@@ -165,6 +225,7 @@ class Recovery:
         # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
         # a large healthy swarm costs one list call, one set read and one hash read. What should
         # be listed is read before the list: an attempt launched meanwhile is not missing.
+        touched = self._touched.copy()
         expected = await reading.expected(self.client, self.swarm)
         listing = {
             a.execution_id: a
@@ -187,19 +248,36 @@ class Recovery:
         names = sorted(
             set(failed) | set(await reading.attention(self.client, self.swarm)) | absent_seats
         )
+        seats: dict[str, records.Seat] = {
+            s.seat: s for s in await reading.seats(self.client, self.swarm, names)
+        }
+
+        async def one(name: str) -> None:
+            async with self._seat_locks[name]:
+                if self._touched[name] != touched[name]:
+                    # The watch's fast path worked on this seat since the list: what the list
+                    # says of it is stale. The next pass reads it again.
+                    return
+                await self._recover_seat(seats[name], failed.get(name), missing, report)
+
+        await self._each(report, sorted(seats), one)
+
+    async def _each(
+        self, report: PassReport, names: list[str], step: Callable[[str], Awaitable[None]]
+    ) -> None:
+        """Run `step` for each seat, `CONCURRENT_SEATS` at a time, each guarded."""
         limit = asyncio.Semaphore(CONCURRENT_SEATS)
 
-        async def one(seat: records.Seat) -> None:
+        async def one(name: str) -> None:
             async with limit:
-                step = self._recover_seat(seat, failed.get(seat.seat), missing, report)
-                await self._guarded(report, seat.seat, step)
+                await self._guarded(report, name, step(name))
 
         try:
             # Seats are independent (every write is its own atomic script); a TaskGroup also
             # cancels the other seats at once when one hits a lost lease or a crash.
             async with asyncio.TaskGroup() as group:
-                for seat in await reading.seats(self.client, self.swarm, names):
-                    group.create_task(one(seat))
+                for name in names:
+                    group.create_task(one(name))
         except BaseExceptionGroup as group:
             # Only a lost lease (or the process being torn down) gets past `_guarded`; the
             # caller sees it as itself, not wrapped.
@@ -321,26 +399,38 @@ class Recovery:
             if evicted is not None:
                 await self._fence(seat, evicted, report)
             seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+        fence, config = None, None
         if seat.fenced_execution_id is not None:
-            fence = await reading.fence(self.client, self.swarm, seat.fenced_execution_id)
+            fence, decided, config = await asyncio.gather(
+                reading.fence(self.client, self.swarm, seat.fenced_execution_id),
+                reading.decision(self.client, self.swarm, seat.fenced_execution_id),
+                reading.config(self.client, self.swarm),
+            )
             if fence is not None:
-                fence = await replacing.finish_release(self.ctx, fence)
-                if await reading.decision(self.client, self.swarm, fence.execution_id) is None:
-                    await self._decide(fence, report)
+                fence = await replacing.release_authority(self.ctx, fence)
+                if decided is None:
+                    await self._decide(fence, config, report)
         current = await reading.seat(self.client, self.swarm, seat.seat)
         if current is None:
             return
         attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
-        if attempt is not None and await replacing.launch(self.ctx, attempt, seat=current):
+        if attempt is not None and await replacing.launch(
+            self.ctx, attempt, seat=current, config=config
+        ):
             report.launched.append(attempt.execution_id)
             attempt = dataclasses.replace(attempt, launched=True)
+        if fence is not None:
+            # The lost attempt's Pod goes after its replacement was launched, not before: with
+            # its authority released it can do nothing, and the replacement need not wait.
+            await replacing.remove_pod(self.ctx, fence)
         if current.state is records.SeatState.RUNNING and attempt is not None and attempt.launched:
             await self.writer.settle(current)
 
-    async def _decide(self, fence: records.Fence, report: PassReport) -> None:
-        # Independent reads, at once: one round trip's wait instead of four.
-        config, held, paused, found = await asyncio.gather(
-            reading.config(self.client, self.swarm),
+    async def _decide(
+        self, fence: records.Fence, config: records.SwarmConfig | None, report: PassReport
+    ) -> None:
+        # Independent reads, at once: one round trip's wait instead of three.
+        held, paused, found = await asyncio.gather(
             reading.execution(self.client, self.swarm, fence.execution_id),
             reading.paused(self.client, self.swarm),
             self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image),
@@ -363,6 +453,8 @@ class Recovery:
                 agent=None,
                 automatic=True,
                 offer=plan.offer,
+                config=config,
+                read_back=False,
             )
             if admission.status == "accepted":
                 report.accepted.append(fence.execution_id)
@@ -384,43 +476,59 @@ class Recovery:
         interval_s: float = 2.0,
         on_pass: Callable[[PassReport], None] | None = None,
     ) -> None:
-        """Wait for the lease as a standby, then run passes (on every runtime wake and at least
-        every `interval_s`) while holding it, until `stop` is set. `on_pass` sees each pass's
-        report (metrics)."""
+        """Wait for the lease as a standby, then recover while holding it, until `stop` is set.
+
+        Listing passes run when the runtime's watch asks for one and at least every
+        `interval_s`; attempts the watch saw fail are recovered at once by `recover_failed`,
+        beside them (the watch's fast path). `on_pass` sees each pass's report (metrics).
+        """
         while not stop.is_set():
             if not await self.lease.acquire():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=self.lease.ttl_ms / 3000)
                 continue
-            wake = asyncio.Event()
-            watcher = asyncio.create_task(self._watch(wake), name=f"recovery-watch-{self.swarm}")
+            inbox = _Inbox()
+            helpers = [
+                asyncio.create_task(self._watch(inbox), name=f"recovery-watch-{self.swarm}"),
+                asyncio.create_task(self._fast(inbox, on_pass), name=f"recovery-{self.swarm}"),
+            ]
             try:
                 async with self.lease.renewing():
                     while not stop.is_set() and not self.lease.lost.is_set():
-                        wake.clear()
+                        inbox.relist.clear()
                         report = await self.reconcile()
                         if on_pass is not None:
                             on_pass(report)
-                        if report.lease_lost:
+                        if report.lease_lost or inbox.lease_lost.is_set():
                             break
-                        waits = [
-                            asyncio.ensure_future(e.wait()) for e in (wake, stop, self.lease.lost)
-                        ]
+                        wakes = (inbox.relist, inbox.lease_lost, stop, self.lease.lost)
+                        waits = [asyncio.ensure_future(e.wait()) for e in wakes]
                         await asyncio.wait(
                             waits, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
                         )
                         for w in waits:
                             w.cancel()
             finally:
-                watcher.cancel()
+                for helper in helpers:
+                    helper.cancel()
                 # A watch that failed only costs promptness: passes still run every interval.
                 with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watcher
+                    await asyncio.gather(*helpers)
         await self.lease.release()
 
-    async def _watch(self, wake: asyncio.Event) -> None:
-        async for _ in self.runtime.watch(self.swarm):
-            wake.set()
+    async def _watch(self, inbox: _Inbox) -> None:
+        async for change in self.runtime.watch(self.swarm):
+            inbox.put(change)
+
+    async def _fast(self, inbox: _Inbox, on_pass: Callable[[PassReport], None] | None) -> None:
+        while True:
+            await inbox.urgent.wait()
+            report = await self.recover_failed(inbox.take())
+            if on_pass is not None:
+                on_pass(report)
+            if report.lease_lost:
+                inbox.lease_lost.set()
+                return
 
     # Switches.
 
@@ -521,6 +629,28 @@ class Recovery:
     ) -> list[telemetry.Event]:
         """Fence, recovery and outcome events after a stream id (for `WatchRecovery`)."""
         return await telemetry.read(self.client, self.swarm, after=after, block_ms=block_ms)
+
+
+class _Inbox:
+    """What a runtime's watch reported and no pass has taken yet."""
+
+    def __init__(self) -> None:
+        self.relist = asyncio.Event()
+        self.urgent = asyncio.Event()
+        self.lease_lost = asyncio.Event()
+        self._failed: dict[str, pods.Attempt] = {}
+
+    def put(self, change: pods.Change) -> None:
+        if change.relist:
+            self.relist.set()
+        if change.failed:
+            self._failed.update((a.execution_id, a) for a in change.failed)
+            self.urgent.set()
+
+    def take(self) -> list[pods.Attempt]:
+        failed, self._failed = list(self._failed.values()), {}
+        self.urgent.clear()
+        return failed
 
 
 def refusal_of(exc: BaseException) -> errors.Refusal | None:

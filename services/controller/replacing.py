@@ -245,14 +245,6 @@ async def launch_or_defer(
         )
 
 
-_AUTHORITY = (
-    records.ReleaseKind.LAUNCH_GRANT,
-    records.ReleaseKind.STORE_GRANTS,
-    records.ReleaseKind.ACCOUNT_SLOT,
-)
-"""The releases that end a fenced worker's authority (a decision needs all of them)."""
-
-
 async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
     """Do each release the fence does not record yet; return the fence as recorded now.
 
@@ -268,10 +260,10 @@ async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence
     """Revoke the fenced attempt's grants and end its account slot, each once; return the
     fence as recorded now.
 
-    Each release is its own script, recorded in the fence by itself: after a crash the ones
-    recorded are skipped and the rest done.
+    The three are one script that records them in the fence with what they did: after a crash
+    either all of them are recorded and skipped, or none is and all are done.
     """
-    todo = [kind for kind in _AUTHORITY if not fence.released(kind)]
+    todo = [kind for kind in records.AUTHORITY_RELEASES if not fence.released(kind)]
     if not todo:
         return fence
     eid = fence.execution_id
@@ -298,10 +290,7 @@ async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence
         ],
         records.ReleaseKind.ACCOUNT_SLOT: [],
     }
-    # One after another: a crash then leaves a prefix of them recorded, never a release done
-    # whose record the restarted controller cannot tell from one not done.
-    for kind in todo:
-        await ctx.writer.release(eid, kind, revoke[kind])
+    await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo})
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 
@@ -325,7 +314,7 @@ async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
             exception=type(exc).__name__,
         )
         return fence
-    await ctx.writer.release(eid, records.ReleaseKind.POD)
+    await ctx.writer.release(eid, {records.ReleaseKind.POD: ()})
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 
@@ -366,13 +355,17 @@ async def admit(
     automatic: bool,
     offer: records.Offer | None,
     request_field: str | None = None,
+    config: records.SwarmConfig | None = None,
+    read_back: bool = True,
 ) -> Admission:
     """Accept the decision and admit one replacement on the same seat, next generation.
 
     The Lua script is the arbiter: of many concurrent identical calls one is `accepted` and
-    the rest are `repeated`; a different choice after acceptance is a `conflict`.
+    the rest are `repeated`; a different choice after acceptance is a `conflict`. `config`
+    may be passed when the caller just read it; without `read_back` the answer carries no
+    decision (the recovery pass needs only the status).
     """
-    config = await reading.config(ctx.client, ctx.swarm)
+    config = config or await reading.config(ctx.client, ctx.swarm)
     image = config.worker_image if config else ctx.worker_image
     now = ctx.writer.clock()
     replacement = new_execution(
@@ -422,8 +415,10 @@ async def admit(
 
     status = await accept()
     if status == "releasing":
-        fence = await finish_release(ctx, fence)
+        fence = await release_authority(ctx, fence)
         status = await accept()
+    if not read_back:
+        return Admission(status, None)
     decided = await reading.decision(ctx.client, ctx.swarm, fence.execution_id)
     return Admission(status, decided)
 

@@ -13,7 +13,7 @@ import base64
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -21,7 +21,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from services.controller.pods import classifying, kubernetes, runtime, templates
-from tests.support import k8s_emulator
+from tests.support import k8s_emulator, ports
 
 NS = "workers"
 TOKEN = "wk-7f3c9a1e-very-secret-token"
@@ -114,7 +114,7 @@ async def started(
     return name
 
 
-async def woken(watch: AsyncIterator[None], timeout: float = 3.0) -> float:
+async def woken(watch: AsyncIterator[runtime.Change], timeout: float = 3.0) -> float:
     """Wait for the watch's next wake; returns how long it took."""
     begin = time.monotonic()
     await asyncio.wait_for(anext(watch), timeout)
@@ -206,6 +206,67 @@ async def test_watch_wakes_within_a_second_of_a_status_change(pods, k8s) -> None
         assert await woken(watch) < 1.0
     [attempt] = await pods.list_attempts("example")
     assert attempt.failure is Reason.OOM_KILLED
+
+
+async def test_watch_hands_a_failed_worker_to_the_fast_path(pods, k8s) -> None:
+    """A failure the worker's own status proves comes with the wake, classified, so the
+    controller recovers that seat without listing the swarm; the first wake (the watch
+    established) asks for a listing pass."""
+    name = await started(pods, k8s, spec())
+    async with contextlib.aclosing(pods.watch("example")) as watch:
+        first = await asyncio.wait_for(anext(watch), 3)
+        assert first.relist and first.failed == ()
+        k8s.set_pod_status(NS, name, status("Failed", exited(137, "OOMKilled")))
+        change = await asyncio.wait_for(anext(watch), 3)
+    assert change.failed == (
+        runtime.Attempt("example", "eng-2", "e-42", 1, Reason.OOM_KILLED, alive=False),
+    )
+    assert not change.relist
+
+
+async def test_watch_leaves_a_failure_only_a_node_proves_to_a_listing_pass(pods, k8s) -> None:
+    """node_lost from a node going NotReady needs the Node, which only a listing pass reads
+    with the Pod: the wake asks for one and hands over no attempt."""
+    await started(pods, k8s, spec())
+    async with contextlib.aclosing(pods.watch("example")) as watch:
+        await woken(watch)
+        k8s.set_node_ready("node-a", None)
+        change = await asyncio.wait_for(anext(watch), 3)
+    assert change.relist and change.failed == ()
+
+
+async def test_watch_does_not_wake_for_a_new_healthy_worker(pods, k8s) -> None:
+    """The replacement the controller just created is no news: a new Pod that is healthy
+    wakes nothing (its first failure will)."""
+    await started(pods, k8s, spec())
+    changes: list[runtime.Change] = []
+
+    async def consume() -> None:
+        async for change in pods.watch("example"):
+            changes.append(change)
+
+    consumer = asyncio.create_task(consume())
+    try:
+        await ports.eventually(_count(changes, 1), timeout=3)
+        await started(pods, k8s, spec(seat="eng-3", execution="e-43"))
+        await asyncio.sleep(0.5)
+        assert len(changes) == 1, changes
+        k8s.set_pod_status(NS, templates.pod_name("example", "e-43"), status("Failed", exited(2)))
+        await ports.eventually(_count(changes, 2), timeout=3)
+    finally:
+        consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer
+    assert [(a.execution_id, a.failure) for a in changes[1].failed] == [
+        ("e-43", Reason.APPLICATION_EXIT)
+    ]
+
+
+def _count(changes: list[runtime.Change], n: int) -> Callable[[], Awaitable[None]]:
+    async def check() -> None:
+        assert len(changes) == n, changes
+
+    return check
 
 
 async def test_watch_wakes_when_a_workers_node_goes_not_ready(pods, k8s) -> None:

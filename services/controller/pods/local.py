@@ -103,15 +103,16 @@ class LocalRuntime:
             )
         return attempts
 
-    async def watch(self, swarm: str) -> AsyncIterator[None]:
-        """Wake once at start, then whenever a worker of the swarm exits."""
+    async def watch(self, swarm: str) -> AsyncIterator[runtime.Change]:
+        """Wake once at start, then whenever a worker of the swarm exits (a full pass each
+        time: an exit is read from the worker's folder, which the list reads anyway)."""
         event = asyncio.Event()
         self._watchers[swarm].add(event)
         try:
             for state in self._scan(swarm):
                 self._alive((swarm, state["execution_id"]), state)  # adopts live workers
             while not self._closed:
-                yield
+                yield runtime.Change(relist=True)
                 await event.wait()
                 event.clear()
         finally:

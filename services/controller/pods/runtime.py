@@ -89,6 +89,23 @@ class LaunchSpec:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
+@dataclasses.dataclass(frozen=True)
+class Change:
+    """One coalesced wake of a watch: what may have changed since the last one.
+
+    Attributes:
+        failed: Attempts the watch saw fail, classified from their own worker's status alone
+            (evidence no Node can overrule): the controller may recover these seats at once,
+            without listing the swarm. The newest report of each execution id is kept.
+        relist: Something changed that only a listing pass sees (a worker gone from under the
+            runtime, one that finished, a node's readiness, an image pull's grace running out,
+            the watch (re)established): run a full pass.
+    """
+
+    failed: tuple[Attempt, ...] = ()
+    relist: bool = False
+
+
 class PodsError(Exception):
     """A runtime could not do what was asked. Messages never hold credentials.
 
@@ -131,11 +148,12 @@ class PodRuntime(Protocol):
         """
         ...
 
-    def watch(self, swarm: str) -> AsyncIterator[None]:
+    def watch(self, swarm: str) -> AsyncIterator[Change]:
         """Yield whenever something the pass reads about the swarm's workers may have changed.
 
-        Wakes are coalesced: many changes while the consumer runs its pass give one wake. The
-        first wake comes as soon as the watch is established.
+        Wakes are coalesced: many changes while the consumer works give one `Change`. The first
+        wake comes as soon as the watch is established and asks for a full pass. A runtime that
+        cannot tell what changed asks for a full pass every time.
         """
         ...
 

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from services.controller.pods import classifying, runtime
 
 RESTORER_PORT = 50053
@@ -97,6 +99,12 @@ def secret_name(swarm: str, execution_id: str) -> str:
     return f"{pod_name(swarm, execution_id)}-credential"
 
 
+def _copy(document: Any) -> Any:
+    """A deep copy of a JSON document (a Pod body): one orjson round trip, several times
+    faster than `copy.deepcopy` on the nested dicts of a Pod."""
+    return orjson.loads(orjson.dumps(document))
+
+
 def render_pod(
     template: Mapping[str, Any],
     spec: runtime.LaunchSpec,
@@ -126,7 +134,7 @@ def render_pod(
     for key, value in labels.items():
         if len(value) > 63 or not _LABEL_VALUE.match(value):
             raise ValueError(f"{key} is not a valid label value")
-    pod = copy.deepcopy(dict(template))
+    pod = _copy(template)
     metadata = pod.setdefault("metadata", {})
     metadata.pop("generateName", None)
     metadata["name"] = pod_name(spec.swarm, spec.execution_id)
@@ -168,7 +176,7 @@ def inject_restorer(
     Returns:
         A new Pod body; the argument is left unchanged.
     """
-    result = copy.deepcopy(dict(pod))
+    result: dict[str, Any] = _copy(pod)
     spec = result.setdefault("spec", {})
     worker: dict[str, Any] = next(
         (c for c in spec.get("containers") or () if c.get("name") == classifying.WORKER_CONTAINER),
@@ -185,7 +193,7 @@ def inject_restorer(
             "limits": {"memory": "512Mi"},
         },
         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": copy.deepcopy(worker.get("volumeMounts") or []),
+        "volumeMounts": _copy(worker.get("volumeMounts") or []),
     }
     others = [
         c
@@ -236,7 +244,7 @@ def render_secret(
 
 def _env(base: list[dict[str, Any]], extra: Mapping[str, str], secret: str) -> list[dict[str, Any]]:
     overridden = {*extra, runtime.CREDENTIAL_ENV}
-    env = [copy.deepcopy(e) for e in base if e.get("name") not in overridden]
+    env = [_copy(e) for e in base if e.get("name") not in overridden]
     env.extend({"name": name, "value": value} for name, value in extra.items())
     env.append(
         {

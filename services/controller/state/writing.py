@@ -111,25 +111,30 @@ class Writer:
         return str(reply["status"])
 
     async def release(
-        self, execution: str, kind: records.ReleaseKind, revoke: Sequence[tuple[str, int]] = ()
+        self,
+        execution: str,
+        releases: Mapping[records.ReleaseKind, Sequence[tuple[str, int]]],
     ) -> str:
-        """One release, recorded in the fence: `released`, `already` or `no_fence`.
+        """Releases done and recorded in the fence in one script: `released` (at least one
+        kind was not recorded yet), `already` or `no_fence`.
 
         Args:
             execution: The fenced attempt.
-            kind: What is released.
-            revoke: (token id, seconds to keep the revocation) of each token to revoke.
+            releases: Each kind with the (token id, seconds to keep the revocation) of each
+                token it revokes.
         """
         s = self.swarm
+        kinds = [[kind.value, len(revoke)] for kind, revoke in releases.items()]
+        tokens = [token for revoke in releases.values() for token in revoke]
         reply = await self._run(
             "release",
             [
                 keys.fence(s, execution),
                 keys.slots(s),
                 keys.slots_used(s),
-                *(keys.revoked(s, t) for t, _ in revoke),
+                *(keys.revoked(s, t) for t, _ in tokens),
             ],
-            [kind.value, self.now(), execution, *(ttl for _, ttl in revoke)],
+            [json.dumps(kinds), self.now(), execution, *(ttl for _, ttl in tokens)],
         )
         return str(reply["status"])
 

@@ -73,8 +73,8 @@ class FakeRuntime:
     async def list_attempts(self, swarm: str) -> list[pods.Attempt]:
         return [a for a in self.attempts.values() if a.swarm == swarm]
 
-    async def watch(self, swarm: str) -> AsyncIterator[None]:
-        yield None
+    async def watch(self, swarm: str) -> AsyncIterator[pods.Change]:
+        yield pods.Change(relist=True)
         await asyncio.Event().wait()
 
     async def launch(self, spec: pods.LaunchSpec) -> None:

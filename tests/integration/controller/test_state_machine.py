@@ -37,7 +37,9 @@ class Tally:
     def __call__(self, name: str, reply: Mapping[str, Any]) -> None:
         self.count += 1
         if name == "release" and reply.get("status") == "released":
-            self.releases[(str(reply["execution"]), str(reply["kind"]))] += 1
+            # One script may record several kinds ("launch_grant,store_grants,account_slot").
+            for kind in str(reply["kind"]).split(","):
+                self.releases[(str(reply["execution"]), kind)] += 1
         if self.crash_at is not None and self.count >= self.crash_at:
             self.crash_at = None
             raise h.Crash(name)
@@ -134,6 +136,21 @@ class Recoveries(RuleBasedStateMachine):
     @rule()
     def reconcile(self) -> None:
         self._call(self.recovery.reconcile())
+
+    @rule(seat=st.sampled_from(SEATS), reason=st.sampled_from(REASONS), beside=st.booleans())
+    def watch_sees_failure(self, seat: str, reason: str, beside: bool) -> None:
+        """The watch's fast path recovers the failed seat without a list, alone or while a
+        listing pass runs beside it."""
+        current = self.run(self._seat(seat)).current_execution_id
+        if current not in self.runtime.attempts:
+            return
+        self.runtime.fail(current, reason, alive=reason == "node_lost")
+        failed = [self.runtime.attempts[current]]
+
+        async def both() -> None:
+            await asyncio.gather(self.recovery.recover_failed(failed), self.recovery.reconcile())
+
+        self._call(both() if beside else self.recovery.recover_failed(failed))
 
     @rule(at=st.integers(1, 8))
     def crash_mid_pass(self, at: int) -> None:

@@ -1,0 +1,119 @@
+"""The watch's fast path, end to end: the real controller on the Kubernetes API emulator acts on
+a failure the Pod watch reports without listing the swarm (issue 3: "watch them between passes
+so a failure is acted on within a second"), and the listing pass still runs as the backstop."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from services.controller.state import keys, reading, records
+from tests.support import controller_server as cs
+from tests.support import k8s_emulator, ports, redis_server
+
+FIRST, SECOND = "example.eng-2.1", "example.eng-2.2"
+
+
+@pytest.fixture
+async def slow_passes(
+    tmp_path: pathlib.Path,
+    redis_server: redis_server.RedisServer,
+    k8s_emulator: k8s_emulator.K8sEmulator,
+) -> AsyncIterator[cs.Controller]:
+    """A controller whose listing passes run only every 60 s (after the first ones): whatever
+    happens sooner was the watch's doing."""
+    flush = aioredis.Redis.from_url(redis_server.url)
+    await flush.flushall()
+    await flush.aclose()
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    ctl, server = await cs.start_controller(
+        redis_server.url, k8s_emulator, root, pass_interval_s=60.0
+    )
+    try:
+        yield ctl
+    finally:
+        await cs.stop_controller(ctl, server)
+
+
+async def test_a_failure_the_watch_reports_is_recovered_without_listing_the_swarm(
+    slow_passes: cs.Controller,
+) -> None:
+    """A worker OOMKilled between passes is fenced, released, decided and replaced from the
+    watch event alone: no list call, the replacement Pod within a second, and the lost Pod
+    deleted once its replacement exists. (Legacy spawns: "Limitations" replaces them fresh
+    without a choice.)"""
+    ctl = slow_passes
+    lists = await applied(ctl, cs.document(legacy=True))
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    ctl.fail(FIRST, cs.terminated("OOMKilled", 137))
+    await cs.wait_for_pod(ctl, SECOND, timeout=1.0)
+    assert loop.time() - started < 1.0
+    assert ctl.emulator.calls["list pods"] == lists, "the fast path listed the swarm"
+    fence = await reading.fence(ctl.redis, "example", FIRST)
+    assert fence is not None and fence.reason == "oom_killed"
+    assert {r.kind for r in fence.releases} >= set(records.AUTHORITY_RELEASES)
+
+    async def lost_pod_gone() -> None:
+        assert ctl.pod_of(FIRST) is None
+        found = await reading.fence(ctl.redis, "example", FIRST)
+        assert found is not None and found.released(records.ReleaseKind.POD)
+
+    await ports.eventually(lost_pod_gone, timeout=5)
+    assert ctl.emulator.calls["list pods"] == lists
+    metrics = (await ctl.hub.render_metrics()).decode()
+    assert 'agentihooks_watch_fences_total{swarm="example"} 1.0' in metrics
+    # One replacement, and the other seat untouched.
+    seat = await reading.seat(ctl.redis, "example", "eng-2")
+    assert seat is not None and seat.current_execution_id == SECOND
+    third = keys.execution_id("example", "eng-2", 3)
+    assert await reading.execution(ctl.redis, "example", third) is None
+    assert ctl.pod_of("example.eng-1.1") is not None
+
+
+async def test_a_worker_deleted_from_under_the_controller_wakes_a_listing_pass(
+    slow_passes: cs.Controller,
+) -> None:
+    """A Pod deleted from outside leaves no failed status on the watch: that is for a listing
+    pass, and the watch wakes one at once, 60 s early. The pass fences the attempt from the
+    last state the watch saw (a Pod that never finished: application_exit)."""
+    ctl = slow_passes
+    lists = await applied(ctl, cs.document())
+    pod = ctl.pod_of(FIRST)
+    assert pod is not None
+    ctl.emulator.delete("pods", pod["metadata"]["name"], cs.NAMESPACE)
+
+    async def fenced() -> None:
+        assert ctl.emulator.calls["list pods"] > lists
+        fence = await reading.fence(ctl.redis, "example", FIRST)
+        assert fence is not None and fence.reason == "application_exit"
+
+    await ports.eventually(fenced, timeout=1.0)
+
+
+async def applied(ctl: cs.Controller, document: str) -> int:
+    """Apply the swarm and wait until its first attempts run settled, the watch is open and no
+    listing pass has started for a while; the number of list calls so far."""
+    await ctl.apply(document)
+    await cs.wait_for_pod(ctl, FIRST)
+
+    async def settled() -> None:
+        assert await reading.attention(ctl.redis, "example") == []
+        assert ctl.emulator.open_watches >= 1
+
+    await ports.eventually(settled, timeout=10)
+    return await quiet(ctl)
+
+
+async def quiet(ctl: cs.Controller) -> int:
+    """Wait until no listing pass has started for a while; the number of list calls so far."""
+    while True:
+        lists = ctl.emulator.calls["list pods"]
+        await asyncio.sleep(0.3)
+        if ctl.emulator.calls["list pods"] == lists:
+            return lists

@@ -1,0 +1,157 @@
+"""The watch's fast path (`Recovery.recover_failed`) on real Redis: the steps of a listing pass
+for the seats a watch saw fail, without a list, and safe beside a listing pass."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from services.controller.pods import classifying
+from services.controller.pods import runtime as pods
+from services.controller.state import keys, reading, records
+from tests.integration.controller import harness as h
+from tests.integration.controller.harness import SWARM, first, second
+
+OOM = classifying.FailureReason.OOM_KILLED
+
+
+class Lists(h.FakeRuntime):
+    """The fake runtime, counting list calls; a list can be held open to let a fast path
+    overtake it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lists = 0
+        self.hold: asyncio.Event | None = None
+        self.listed = asyncio.Event()
+
+    async def list_attempts(self, swarm: str) -> list[pods.Attempt]:
+        self.lists += 1
+        listing = await super().list_attempts(swarm)
+        self.listed.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        return listing
+
+
+class Tally:
+    def __init__(self) -> None:
+        self.writes: collections.Counter[str] = collections.Counter()
+
+    def __call__(self, name: str, reply: Any) -> None:
+        if reply.get("status") in ("fenced", "accepted", "launched"):
+            self.writes[str(reply["status"])] += 1
+        if name == "release" and reply.get("status") == "released":
+            for kind in str(reply["kind"]).split(","):
+                self.writes[f"release:{kind}"] += 1
+
+
+async def started(client: aioredis.Redis) -> tuple[h.Harness, Lists, Tally]:
+    """Legacy spawns (replaced fresh without a choice), on a counting runtime."""
+    hx = await h.start(client, legacy=True)
+    runtime, tally = Lists(), Tally()
+    runtime.attempts, runtime.specs = hx.runtime.attempts, hx.runtime.specs
+    hx.runtime = runtime
+    await client.delete(keys.lease(SWARM))
+    hx.recovery = h.new_recovery(client, runtime, hx.checkpoints, hook=tally)
+    assert await hx.recovery.lease.acquire()
+    return hx, runtime, tally
+
+
+async def once_each(hx: h.Harness, tally: Tally) -> None:
+    """One fence, each release once, one decision, one replacement launched once."""
+    assert tally.writes["fenced"] == 1, tally.writes
+    assert tally.writes["accepted"] == 1, tally.writes
+    assert tally.writes["launched"] == 1, tally.writes
+    for kind in records.ReleaseKind:
+        assert tally.writes[f"release:{kind.value}"] == 1, tally.writes
+    assert hx.runtime.launch_calls.count(second("eng-1")) == 1
+    assert [a for a in hx.runtime.attempts if a.startswith(f"{SWARM}.eng-1.")] == [second("eng-1")]
+    seat = await reading.seat(hx.client, SWARM, "eng-1")
+    assert seat is not None and seat.current_execution_id == second("eng-1")
+
+
+async def test_recover_failed_does_a_whole_recovery_without_listing(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Fence, release, decide, replace and the lost Pod's removal, from the attempt the watch
+    handed over: no list call."""
+    hx, runtime, tally = await started(redis_client)
+    runtime.fail(first("eng-1"), "oom_killed")
+    report = await hx.recovery.recover_failed([runtime.attempts[first("eng-1")]])
+    assert report.watched and report.fenced == [first("eng-1")]
+    assert report.accepted == [first("eng-1")] and report.launched == [second("eng-1")]
+    assert runtime.lists == 0
+    assert runtime.remove_calls == [first("eng-1")]
+    await once_each(hx, tally)
+    fence = await reading.fence(redis_client, SWARM, first("eng-1"))
+    assert fence is not None and fence.reason == "oom_killed"
+
+
+async def test_a_stale_report_from_the_watch_changes_nothing(redis_client: aioredis.Redis) -> None:
+    """Only the current attempt of a seat can be fenced: a failure of another swarm's or a
+    superseded attempt the watch handed over is left alone."""
+    hx, _, tally = await started(redis_client)
+    stale = pods.Attempt(SWARM, "eng-1", "example.eng-1.0", 0, OOM, alive=False)
+    other = pods.Attempt("other", "eng-1", first("eng-1"), 1, OOM, alive=False)
+    report = await hx.recovery.recover_failed([stale, other])
+    assert report.fenced == [] and report.launched == []
+    assert tally.writes == {}
+    assert await reading.fence(redis_client, SWARM, first("eng-1")) is None
+
+
+async def test_the_fast_path_beside_a_listing_pass_does_everything_once(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A listing pass that listed the failure and the fast path for the same failure, at once:
+    the seat is worked on by one at a time, and the pass skips a seat the fast path overtook."""
+    hx, runtime, tally = await started(redis_client)
+    runtime.fail(first("eng-1"), "evicted")
+    runtime.hold = asyncio.Event()
+    listing = asyncio.create_task(hx.recovery.reconcile())
+    await runtime.listed.wait()  # the pass holds a list that shows the failure
+    fast = await hx.recovery.recover_failed([runtime.attempts[first("eng-1")]])
+    runtime.hold.set()
+    slow = await listing
+    assert fast.fenced == [first("eng-1")] and fast.launched == [second("eng-1")]
+    assert slow.fenced == [] and slow.launched == [] and not slow.errors
+    await once_each(hx, tally)
+    # The next pass finds nothing left to do.
+    again = await hx.recovery.reconcile()
+    assert not (again.fenced or again.accepted or again.launched or again.errors)
+    await once_each(hx, tally)
+
+
+async def test_a_listing_pass_and_the_fast_path_racing_on_every_seat(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Both seats fail; passes and fast paths run at once, many times: every seat is recovered
+    exactly once."""
+    hx, runtime, tally = await started(redis_client)
+    for seat in ("eng-1", "eng-2"):
+        runtime.fail(first(seat), "application_exit")
+    failed = [runtime.attempts[first(s)] for s in ("eng-1", "eng-2")]
+    await asyncio.gather(
+        *(hx.recovery.reconcile() for _ in range(3)),
+        *(hx.recovery.recover_failed(failed) for _ in range(3)),
+    )
+    assert tally.writes["fenced"] == 2 and tally.writes["launched"] == 2, tally.writes
+    for kind in records.ReleaseKind:
+        assert tally.writes[f"release:{kind.value}"] == 2, tally.writes
+    for seat in ("eng-1", "eng-2"):
+        assert runtime.launch_calls.count(second(seat)) == 1
+
+
+async def test_a_lost_lease_stops_the_fast_path_writing(redis_client: aioredis.Redis) -> None:
+    """Every write under the lease: a controller whose lease another took writes nothing from
+    the watch either."""
+    hx, runtime, tally = await started(redis_client)
+    runtime.fail(first("eng-1"), "oom_killed")
+    await redis_client.set(keys.lease(SWARM), "someone-else")
+    report = await hx.recovery.recover_failed([runtime.attempts[first("eng-1")]])
+    assert report.lease_lost and report.fenced == []
+    assert tally.writes == {}
+    assert await reading.fence(redis_client, SWARM, first("eng-1")) is None
