@@ -152,6 +152,11 @@ class Recovery:
             asyncio.Lock
         )
         self._touched: collections.Counter[str] = collections.Counter()
+        # Set while no fast path runs: a listing pass waits for it between its steps, so the
+        # seconds a failure waits are not spent on a pass's routine work.
+        self._fast_idle = asyncio.Event()
+        self._fast_idle.set()
+        self._fast_running = 0
 
     # The pass.
 
@@ -194,10 +199,17 @@ class Recovery:
                 self._touched[name] += 1
                 seat = await reading.seat(self.client, self.swarm, name)
                 if seat is not None:
-                    await self._recover_seat(seat, newest[name], {}, report)
+                    await self._recover_seat(seat, newest[name], {}, report, watched=True)
 
         report = PassReport(watched=True)
-        return await self._pass(report, lambda r: self._each(r, sorted(newest), one))
+        self._fast_running += 1
+        self._fast_idle.clear()
+        try:
+            return await self._pass(report, lambda r: self._each(r, sorted(newest), one))
+        finally:
+            self._fast_running -= 1
+            if self._fast_running == 0:
+                self._fast_idle.set()
 
     async def _pass(
         self, report: PassReport, work: Callable[[PassReport], Awaitable[None]]
@@ -225,13 +237,12 @@ class Recovery:
         # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
         # a large healthy swarm costs one list call, one set read and one hash read. What should
         # be listed is read before the list: an attempt launched meanwhile is not missing.
+        await self._fast_idle.wait()
         touched = self._touched.copy()
         expected = await reading.expected(self.client, self.swarm)
-        listing = {
-            a.execution_id: a
-            for a in await self.runtime.list_attempts(self.swarm)
-            if a.swarm == self.swarm
-        }
+        listed = await self.runtime.list_attempts(self.swarm)
+        await self._fast_idle.wait()
+        listing = {a.execution_id: a for a in listed if a.swarm == self.swarm}
         failed: dict[str, pods.Attempt] = {}
         for attempt in listing.values():
             # The seat's newest failed attempt: a superseded one still listed (a Pod kept
@@ -253,6 +264,7 @@ class Recovery:
         }
 
         async def one(name: str) -> None:
+            await self._fast_idle.wait()
             async with self._seat_locks[name]:
                 if self._touched[name] != touched[name]:
                     # The watch's fast path worked on this seat since the list: what the list
@@ -266,6 +278,10 @@ class Recovery:
         self, report: PassReport, names: list[str], step: Callable[[str], Awaitable[None]]
     ) -> None:
         """Run `step` for each seat, `CONCURRENT_SEATS` at a time, each guarded."""
+        if len(names) == 1:
+            # One seat (the watch's usual case): no task to schedule first.
+            await self._guarded(report, names[0], step(names[0]))
+            return
         limit = asyncio.Semaphore(CONCURRENT_SEATS)
 
         async def one(name: str) -> None:
@@ -317,12 +333,17 @@ class Recovery:
                 exception=type(exc).__name__,
             )
 
-    async def _fence(self, seat: records.Seat, attempt: pods.Attempt, report: PassReport) -> str:
+    async def _fence(
+        self, seat: records.Seat, attempt: pods.Attempt, report: PassReport, *, precheck: bool
+    ) -> str:
         if seat.current_execution_id != attempt.execution_id:
             # Only the current attempt of a seat can be fenced; a superseded attempt's failure
             # was handled when it was fenced.
             return "not_current"
-        if await reading.refusal(self.client, self.swarm, attempt.execution_id) is not None:
+        # A held attempt fails every listing pass: a read first spares those passes a write.
+        # (The watch reports a failure once; the script's own check is enough there.)
+        refused = precheck and await reading.refusal(self.client, self.swarm, attempt.execution_id)
+        if refused:
             # Held for the master or operator (the script checks again, atomically).
             report.held.append(attempt.execution_id)
             return "restore_refused"
@@ -389,27 +410,36 @@ class Recovery:
         failed: pods.Attempt | None,
         missing: Mapping[str, int],
         report: PassReport,
+        *,
+        watched: bool = False,
     ) -> None:
-        fenced = False
+        fenced = None
         if failed is not None:
-            fenced = await self._fence(seat, failed, report) == "fenced"
-            seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
-        if not fenced and seat.current_execution_id in missing:
-            evicted = await self._missing(seat, missing[seat.current_execution_id], report)
-            if evicted is not None:
-                await self._fence(seat, evicted, report)
-            seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+            status = await self._fence(seat, failed, report, precheck=not watched)
+            fenced = failed.execution_id if status == "fenced" else None
+        if fenced is None:
+            if failed is not None:
+                seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+            if seat.current_execution_id in missing:
+                evicted = await self._missing(seat, missing[seat.current_execution_id], report)
+                if evicted is not None:
+                    await self._fence(seat, evicted, report, precheck=True)
+                seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+        fenced = fenced or seat.fenced_execution_id
         fence, config = None, None
-        if seat.fenced_execution_id is not None:
-            fence, decided, config = await asyncio.gather(
-                reading.fence(self.client, self.swarm, seat.fenced_execution_id),
-                reading.decision(self.client, self.swarm, seat.fenced_execution_id),
+        if fenced is not None:
+            # What the next steps read, in one round trip.
+            fence, decided, config, held, paused = await asyncio.gather(
+                reading.fence(self.client, self.swarm, fenced),
+                reading.decision(self.client, self.swarm, fenced),
                 reading.config(self.client, self.swarm),
+                reading.execution(self.client, self.swarm, fenced),
+                reading.paused(self.client, self.swarm),
             )
             if fence is not None:
-                fence = await replacing.release_authority(self.ctx, fence)
+                fence = await replacing.release_authority(self.ctx, fence, held=held)
                 if decided is None:
-                    await self._decide(fence, config, report)
+                    await self._decide(fence, config, held, paused, report)
         current = await reading.seat(self.client, self.swarm, seat.seat)
         if current is None:
             return
@@ -427,14 +457,14 @@ class Recovery:
             await self.writer.settle(current)
 
     async def _decide(
-        self, fence: records.Fence, config: records.SwarmConfig | None, report: PassReport
+        self,
+        fence: records.Fence,
+        config: records.SwarmConfig | None,
+        held: records.Execution | None,
+        paused: bool,
+        report: PassReport,
     ) -> None:
-        # Independent reads, at once: one round trip's wait instead of three.
-        held, paused, found = await asyncio.gather(
-            reading.execution(self.client, self.swarm, fence.execution_id),
-            reading.paused(self.client, self.swarm),
-            self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image),
-        )
+        found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
         switches = deciding.Switches(
             automation=config.restore_automation if config else False,
             paused=paused,

@@ -256,18 +256,21 @@ async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
     return await remove_pod(ctx, fence)
 
 
-async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence:
+async def release_authority(
+    ctx: Context, fence: records.Fence, *, held: records.Execution | None = None
+) -> records.Fence:
     """Revoke the fenced attempt's grants and end its account slot, each once; return the
     fence as recorded now.
 
     The three are one script that records them in the fence with what they did: after a crash
-    either all of them are recorded and skipped, or none is and all are done.
+    either all of them are recorded and skipped, or none is and all are done. `held` is the
+    fenced attempt's record when the caller just read it.
     """
     todo = [kind for kind in records.AUTHORITY_RELEASES if not fence.released(kind)]
     if not todo:
         return fence
     eid = fence.execution_id
-    held = await reading.execution(ctx.client, ctx.swarm, eid)
+    held = held or await reading.execution(ctx.client, ctx.swarm, eid)
     if held is None:
         raise errors.NotFound("execution_missing", "the fenced attempt has no record")
     now = int(ctx.writer.clock())
@@ -290,7 +293,12 @@ async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence
         ],
         records.ReleaseKind.ACCOUNT_SLOT: [],
     }
-    await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo})
+    at = ctx.writer.now()
+    if await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo}, at=at) == "released":
+        # Recorded as sent: no read back. (Only this copy would show our time for a kind
+        # recorded meanwhile; the seat's lock means nothing else records them.)
+        done = tuple(records.Release(kind, at, ctx.writer.lease.epoch or 0) for kind in todo)
+        return dataclasses.replace(fence, releases=fence.releases + done)
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 

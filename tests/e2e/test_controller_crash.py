@@ -522,7 +522,6 @@ async def test_sigkill_after_each_write_of_a_recovery_then_restart_does_everythi
             ("launched", None, "launched"),
             ("release", "pod", "released"),
             ("outcome", None, "stored"),
-            ("settle", None, "settled"),
         ], sequence
         stored = next(w["number"] for w in writes if w["script"] == "outcome")
         survivor = clean.survivor

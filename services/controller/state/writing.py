@@ -114,6 +114,8 @@ class Writer:
         self,
         execution: str,
         releases: Mapping[records.ReleaseKind, Sequence[tuple[str, int]]],
+        *,
+        at: str | None = None,
     ) -> str:
         """Releases done and recorded in the fence in one script: `released` (at least one
         kind was not recorded yet), `already` or `no_fence`.
@@ -122,6 +124,7 @@ class Writer:
             execution: The fenced attempt.
             releases: Each kind with the (token id, seconds to keep the revocation) of each
                 token it revokes.
+            at: The release time to record (now when None).
         """
         s = self.swarm
         kinds = [[kind.value, len(revoke)] for kind, revoke in releases.items()]
@@ -134,7 +137,7 @@ class Writer:
                 keys.slots_used(s),
                 *(keys.revoked(s, t) for t, _ in tokens),
             ],
-            [json.dumps(kinds), self.now(), execution, *(ttl for _, ttl in tokens)],
+            [json.dumps(kinds), at or self.now(), execution, *(ttl for _, ttl in tokens)],
         )
         return str(reply["status"])
 
@@ -275,6 +278,8 @@ class Writer:
                 keys.outcomes_by_type(s),
                 keys.events(s),
                 keys.refusal(s, execution.execution_id),
+                keys.attention(s),
+                keys.fence(s, execution.restores_from_execution or execution.execution_id),
             ],
             [
                 execution.execution_id,

@@ -68,6 +68,7 @@ class FakeRuntime:
         self.remove_calls: list[str] = []
         self.removed: set[str] = set()
         self.fail_launch = False
+        self.fail_remove = False
         self.after_effect: scripting.AfterWrite | None = None
 
     async def list_attempts(self, swarm: str) -> list[pods.Attempt]:
@@ -93,6 +94,8 @@ class FakeRuntime:
 
     async def remove(self, swarm: str, execution_id: str) -> None:
         self.remove_calls.append(execution_id)
+        if self.fail_remove:
+            raise pods.PodsUnavailable("no cluster")
         self.removed.add(execution_id)
         self.attempts.pop(execution_id, None)
         if self.after_effect is not None:

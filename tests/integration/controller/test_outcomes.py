@@ -15,20 +15,26 @@ C = directives.Continuity
 NATIVE = {"recovery": C.NATIVE, "checkpoint_id": "ckpt-7", "session_id": "sess-1", "watermark": 412}
 
 
-@pytest.fixture
-async def resumed(redis_client: aioredis.Redis) -> h.Harness:
+async def resume(client: aioredis.Redis, *, pod_stays: bool = False) -> h.Harness:
     """eng-1 failed after capturing sess-1 at watermark 400; it was resumed natively from
-    ckpt-7 (record 412) and its replacement is running."""
-    hx = await h.start(redis_client)
+    ckpt-7 (record 412) and its replacement is running (with `pod_stays`, the lost Pod could
+    not be removed yet)."""
+    hx = await h.start(client)
     e1 = first("eng-1")
     await hx.recovery.report_capture(
         await hx.worker(e1), native_session_id="sess-1", archive_watermark=400
     )
     hx.checkpoints.by_execution[e1] = [h.summary("ckpt-7")]
     hx.runtime.fail(e1)
+    hx.runtime.fail_remove = pod_stays
     await hx.recovery.reconcile()
     assert second("eng-1") in hx.runtime.specs
     return hx
+
+
+@pytest.fixture
+async def resumed(redis_client: aioredis.Redis) -> h.Harness:
+    return await resume(redis_client)
 
 
 async def test_outcome_accepted_restores_awaiting_and_counts(resumed: h.Harness) -> None:
@@ -48,6 +54,39 @@ async def test_outcome_accepted_restores_awaiting_and_counts(resumed: h.Harness)
     assert card.continuity == "native" and card.decision == "accepted"
     events = [e for e in await rec.events() if e.kind == "outcome"]
     assert len(events) == 1 and events[0].expected_generation == 2
+
+
+async def test_the_outcome_closes_the_recovery_without_waiting_for_a_pass(
+    resumed: h.Harness,
+) -> None:
+    """Once the outcome is stored, with the lost Pod removed and the replacement launched,
+    nothing is left for the seat: the same write takes it off the pass's attention set, and
+    the next pass writes nothing for it."""
+    assert await reading.attention(resumed.client, SWARM) == ["eng-1"]
+    await resumed.recovery.report_restore(await resumed.worker(second("eng-1")), **NATIVE)
+    assert await reading.attention(resumed.client, SWARM) == []
+    seat = await reading.seat(resumed.client, SWARM, "eng-1")
+    assert seat is not None and seat.state is records.SeatState.RUNNING
+    writes: list[str] = []
+    resumed.recovery.scripts.after_write = lambda name, reply: writes.append(name)
+    await resumed.recovery.reconcile()
+    assert writes == []
+
+
+async def test_an_outcome_before_the_lost_pod_is_removed_leaves_the_seat_to_the_pass(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A Pod the runtime could not remove yet keeps the seat on the attention set after the
+    outcome; the next pass removes it and settles the seat."""
+    hx = await resume(redis_client, pod_stays=True)
+    e1 = first("eng-1")
+    await hx.recovery.report_restore(await hx.worker(second("eng-1")), **NATIVE)
+    assert await reading.attention(redis_client, SWARM) == ["eng-1"]
+    hx.runtime.fail_remove = False
+    await hx.recovery.reconcile()
+    assert await reading.attention(redis_client, SWARM) == []
+    fence = await reading.fence(redis_client, SWARM, e1)
+    assert fence is not None and fence.released(records.ReleaseKind.POD)
 
 
 async def test_identical_second_report_returns_stored_and_different_is_refused(

@@ -73,6 +73,19 @@ local function end_slot(slots_key, used_key, execution)
   end
 end
 
+-- Take a seat off the pass's attention set when nothing is left to do: it is running, its
+-- current attempt was launched, and its latest fence (if it has one) has released its Pod.
+-- True when it did.
+local function settle_if_done(attention_key, seat_key, execution_key, fence_key, fenced)
+  local seat = hgetall(seat_key)
+  if seat.state ~= 'running' or redis.call('HGET', execution_key, 'launched') ~= '1' then
+    return false
+  end
+  if fenced and redis.call('HEXISTS', fence_key, 'release:pod') == 0 then return false end
+  redis.call('SREM', attention_key, seat.seat)
+  return true
+end
+
 -- One telemetry event, written by the same script as its transition; returned for the log line.
 local function event(stream, kind, swarm, seat, execution, expected, observed, detail, at)
   local id = redis.call('XADD', stream, 'MAXLEN', '~', '10000', '*',

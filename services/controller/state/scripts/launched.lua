@@ -13,8 +13,5 @@ local execution = redis.call('HGET', KEYS[3], 'execution_id')
 if seat.current == execution and redis.call('HGET', KEYS[3], 'state') == 'running' then
   redis.call('HSET', KEYS[7], execution, '0')
 end
-if seat.current == execution and seat.state == 'running'
-    and (ARGV[5] ~= '1' or redis.call('HEXISTS', KEYS[6], 'release:pod') == 1) then
-  redis.call('SREM', KEYS[5], ARGV[4])
-end
+if seat.current == execution then settle_if_done(KEYS[5], KEYS[4], KEYS[3], KEYS[6], ARGV[5] == '1') end
 return reply({status = 'launched'})

@@ -2,8 +2,10 @@
 -- and count the outcome by type. Accepted only from the replacement's own credential, only
 -- while it is the seat's current attempt, only when it matches the accepted directive. A
 -- refusal reported earlier by the same attempt (a restarted sidecar that then restored) no
--- longer holds it once the verified outcome is stored.
--- KEYS[3] seat, [4] execution, [5] outcome, [6] task, [7] counters, [8] events, [9] refusal.
+-- longer holds it once the verified outcome is stored. With that the seat is running again;
+-- when nothing else is left (its lost attempt's Pod removed), it leaves the attention set.
+-- KEYS[3] seat, [4] execution, [5] outcome, [6] task, [7] counters, [8] events, [9] refusal,
+--   [10] attention, [11] the fence of the attempt it replaces.
 -- ARGV[3] execution id, [4] credential id, [5] generation, [6] outcome fields,
 --   [7] task recovery JSON, [8] at, [9] swarm, [10] detail JSON.
 local execution = hgetall(KEYS[4])
@@ -36,6 +38,7 @@ end
 redis.call('HSET', KEYS[6], 'recovery', ARGV[7])
 redis.call('HINCRBY', KEYS[7], outcome.recovery, 1)
 redis.call('HSET', KEYS[3], 'state', 'running')
+settle_if_done(KEYS[10], KEYS[3], KEYS[4], KEYS[11], true)
 local ev = event(KEYS[8], 'outcome', ARGV[9], seat.seat, ARGV[3], seat.generation,
   execution.generation, ARGV[10], ARGV[8])
 return reply({status = 'stored', events = {ev}})
