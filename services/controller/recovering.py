@@ -335,19 +335,20 @@ class Recovery:
 
     async def _fence(
         self, seat: records.Seat, attempt: pods.Attempt, report: PassReport, *, precheck: bool
-    ) -> str:
+    ) -> tuple[str, records.Fence | None]:
+        """Fence the seat's current attempt: the script's status, and the fence it wrote."""
         if seat.current_execution_id != attempt.execution_id:
             # Only the current attempt of a seat can be fenced; a superseded attempt's failure
             # was handled when it was fenced.
-            return "not_current"
+            return "not_current", None
         # A held attempt fails every listing pass: a read first spares those passes a write.
         # (The watch reports a failure once; the script's own check is enough there.)
         refused = precheck and await reading.refusal(self.client, self.swarm, attempt.execution_id)
         if refused:
             # Held for the master or operator (the script checks again, atomically).
             report.held.append(attempt.execution_id)
-            return "restore_refused"
-        status = await self.writer.fence(
+            return "restore_refused", None
+        status, fence = await self.writer.fence_returning(
             seat, attempt.execution_id, attempt.generation, str(attempt.failure)
         )
         if status == "fenced":
@@ -366,7 +367,7 @@ class Recovery:
                 observed_generation=attempt.generation,
                 controller_epoch=self.lease.epoch,
             )
-        return status
+        return status, fence
 
     async def _missing(
         self, seat: records.Seat, passes: int, report: PassReport
@@ -413,11 +414,18 @@ class Recovery:
         *,
         watched: bool = False,
     ) -> None:
-        fenced = None
-        if failed is not None:
-            status = await self._fence(seat, failed, report, precheck=not watched)
-            fenced = failed.execution_id if status == "fenced" else None
-        if fenced is None:
+        reads: reading.FencedReads | None = None
+        if failed is not None and seat.current_execution_id == failed.execution_id:
+            # The fence and what the next steps read, in one round trip's wait.
+            (_, written), fresh = await asyncio.gather(
+                self._fence(seat, failed, report, precheck=not watched),
+                reading.fenced_attempt(
+                    self.client, self.swarm, failed.execution_id, with_fence=False
+                ),
+            )
+            reads = dataclasses.replace(fresh, fence=written)
+        if reads is None or reads.fence is None:
+            reads = None
             if failed is not None:
                 seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
             if seat.current_execution_id in missing:
@@ -425,25 +433,29 @@ class Recovery:
                 if evicted is not None:
                     await self._fence(seat, evicted, report, precheck=True)
                 seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
-        fenced = fenced or seat.fenced_execution_id
-        fence, config = None, None
-        if fenced is not None:
-            # What the next steps read, in one round trip.
-            fence, decided, config, held, paused = await asyncio.gather(
-                reading.fence(self.client, self.swarm, fenced),
-                reading.decision(self.client, self.swarm, fenced),
-                reading.config(self.client, self.swarm),
-                reading.execution(self.client, self.swarm, fenced),
-                reading.paused(self.client, self.swarm),
-            )
-            if fence is not None:
-                fence = await replacing.release_authority(self.ctx, fence, held=held)
-                if decided is None:
-                    await self._decide(fence, config, held, paused, report)
-        current = await reading.seat(self.client, self.swarm, seat.seat)
+            if seat.fenced_execution_id is not None:
+                reads = await reading.fenced_attempt(
+                    self.client, self.swarm, seat.fenced_execution_id
+                )
+        fence = reads.fence if reads is not None else None
+        if reads is not None and fence is not None:
+            fence = await replacing.release_authority(self.ctx, fence, held=reads.execution)
+            if reads.decision is None:
+                await self._decide(fence, reads, report)
+        # The seat's current attempt, read with the seat: after a decision, its replacement.
+        expect = (
+            keys.execution_id(self.swarm, fence.seat, fence.generation + 1)
+            if fence is not None
+            else seat.current_execution_id
+        )
+        current, attempt = await reading.seat_and_execution(
+            self.client, self.swarm, seat.seat, expect
+        )
         if current is None:
             return
-        attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
+        if current.current_execution_id != expect:
+            attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
+        config = reads.config if reads is not None else None
         if attempt is not None and await replacing.launch(
             self.ctx, attempt, seat=current, config=config
         ):
@@ -457,13 +469,9 @@ class Recovery:
             await self.writer.settle(current)
 
     async def _decide(
-        self,
-        fence: records.Fence,
-        config: records.SwarmConfig | None,
-        held: records.Execution | None,
-        paused: bool,
-        report: PassReport,
+        self, fence: records.Fence, reads: reading.FencedReads, report: PassReport
     ) -> None:
+        config, held, paused = reads.config, reads.execution, reads.paused
         found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
         switches = deciding.Switches(
             automation=config.restore_automation if config else False,

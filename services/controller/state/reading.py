@@ -86,6 +86,59 @@ async def executions(
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class FencedReads:
+    """What deciding on and replacing a fenced attempt reads (see `fenced_attempt`)."""
+
+    fence: records.Fence | None
+    decision: records.Decision | None
+    config: records.SwarmConfig | None
+    execution: records.Execution | None
+    paused: bool
+
+
+async def fenced_attempt(
+    client: aioredis.Redis, swarm: str, eid: str, *, with_fence: bool = True
+) -> FencedReads:
+    """The fenced attempt's fence (unless the caller has it), decision and record, the swarm's
+    config and pause switch: one pipeline, one round trip."""
+    pipe = client.pipeline(transaction=False)
+    if with_fence:
+        pipe.hgetall(keys.fence(swarm, eid))
+    pipe.hgetall(keys.decision(swarm, eid))
+    pipe.hgetall(keys.config(swarm))
+    pipe.hgetall(keys.execution(swarm, eid))
+    pipe.exists(keys.paused(swarm))
+    replies = await pipe.execute()
+    raw_fence = replies.pop(0) if with_fence else None
+    raw_decision, raw_config, raw_execution, paused_flag = replies
+    return FencedReads(
+        fence=records.Fence.from_hash(records.text_hash(raw_fence)) if raw_fence else None,
+        decision=(
+            records.Decision.from_hash(records.text_hash(raw_decision)) if raw_decision else None
+        ),
+        config=records.SwarmConfig.from_hash(records.text_hash(raw_config)) if raw_config else None,
+        execution=(
+            records.Execution.from_hash(records.text_hash(raw_execution)) if raw_execution else None
+        ),
+        paused=bool(paused_flag),
+    )
+
+
+async def seat_and_execution(
+    client: aioredis.Redis, swarm: str, name: str, eid: str
+) -> tuple[records.Seat | None, records.Execution | None]:
+    """A seat and one attempt (the one expected to be its current), in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.seat(swarm, name))
+    pipe.hgetall(keys.execution(swarm, eid))
+    raw_seat, raw_execution = await pipe.execute()
+    return (
+        records.Seat.from_hash(records.text_hash(raw_seat)) if raw_seat else None,
+        records.Execution.from_hash(records.text_hash(raw_execution)) if raw_execution else None,
+    )
+
+
 async def fence(client: aioredis.Redis, swarm: str, eid: str) -> records.Fence | None:
     h = await _hash(client, keys.fence(swarm, eid))
     return records.Fence.from_hash(h) if h else None

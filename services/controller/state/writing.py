@@ -93,6 +93,13 @@ class Writer:
     async def fence(self, seat: records.Seat, execution: str, generation: int, reason: str) -> str:
         """Fence the seat's current attempt: `fenced`, `exists`, `not_current`, or
         `restore_refused` (a replacement holding a reported restore refusal is left alone)."""
+        status, _ = await self.fence_returning(seat, execution, generation, reason)
+        return status
+
+    async def fence_returning(
+        self, seat: records.Seat, execution: str, generation: int, reason: str
+    ) -> tuple[str, records.Fence | None]:
+        """`fence`, with the fence record it wrote (None unless `fenced`)."""
         s = self.swarm
         reply = await self._run(
             "fence",
@@ -108,7 +115,9 @@ class Writer:
             ],
             [execution, generation, reason, self.now(), s],
         )
-        return str(reply["status"])
+        status = str(reply["status"])
+        written = reply.get("fence") if status == "fenced" else None
+        return status, records.Fence.from_hash(written) if written else None
 
     async def release(
         self,

@@ -1,6 +1,7 @@
 -- Fence the current attempt of a seat: one record, a second fence returns the first.
 -- The fence copies the native session id and archive watermark the attempt held at this moment,
--- marks the attempt fenced and holds the task: its awaiting reads recovery_pending.
+-- marks the attempt fenced and holds the task: its awaiting reads recovery_pending. The reply
+-- carries the fence record it wrote.
 -- A replacement that reported a restore refusal is not fenced (status restore_refused): its
 -- accepted decision stays in place for the master or operator, who fixes the cause and
 -- relaunches it (see absent.lua).
@@ -41,4 +42,4 @@ end
 redis.call('HSET', KEYS[6], 'awaiting', 'recovery_pending')
 local ev = event(KEYS[7], 'fence', ARGV[7], seat.seat, ARGV[3], seat.generation, ARGV[4],
   cjson.encode(detail), ARGV[6])
-return reply({status = 'fenced', events = {ev}})
+return reply({status = 'fenced', events = {ev}, fence = fence})
