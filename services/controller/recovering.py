@@ -64,6 +64,10 @@ log = logging.getLogger("services.controller.recovery")
 CONCURRENT_SEATS = 32
 """How many seats one pass works on at once."""
 
+GIVE_WAY_S = 0.5
+"""How long a listing pass waits, at each of its steps, for running fast-path recoveries to
+finish before it goes on anyway (a fast path stuck on a slow API call must not stall passes)."""
+
 MISSING_PASSES = 2
 """Consecutive passes an expected attempt must be missing from the runtime's list before the pass
 acts on it (fences it evicted, or relaunches a refused replacement)."""
@@ -237,11 +241,11 @@ class Recovery:
         # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
         # a large healthy swarm costs one list call, one set read and one hash read. What should
         # be listed is read before the list: an attempt launched meanwhile is not missing.
-        await self._fast_idle.wait()
+        await self._give_way()
         touched = self._touched.copy()
         expected = await reading.expected(self.client, self.swarm)
         listed = await self.runtime.list_attempts(self.swarm)
-        await self._fast_idle.wait()
+        await self._give_way()
         listing = {a.execution_id: a for a in listed if a.swarm == self.swarm}
         failed: dict[str, pods.Attempt] = {}
         for attempt in listing.values():
@@ -264,8 +268,13 @@ class Recovery:
         }
 
         async def one(name: str) -> None:
-            await self._fast_idle.wait()
-            async with self._seat_locks[name]:
+            await self._give_way()
+            lock = self._seat_locks[name]
+            if lock.locked():
+                # Being recovered from a watch event right now (perhaps held up by a slow
+                # call): that recovery is on it, and the next pass looks again.
+                return
+            async with lock:
                 if self._touched[name] != touched[name]:
                     # The watch's fast path worked on this seat since the list: what the list
                     # says of it is stale. The next pass reads it again.
@@ -273,6 +282,12 @@ class Recovery:
                 await self._recover_seat(seats[name], failed.get(name), missing, report)
 
         await self._each(report, sorted(seats), one)
+
+    async def _give_way(self) -> None:
+        """Let running fast-path recoveries finish first (for at most `GIVE_WAY_S`)."""
+        if not self._fast_idle.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._fast_idle.wait(), GIVE_WAY_S)
 
     async def _each(
         self, report: PassReport, names: list[str], step: Callable[[str], Awaitable[None]]

@@ -155,3 +155,31 @@ async def test_a_lost_lease_stops_the_fast_path_writing(redis_client: aioredis.R
     assert report.lease_lost and report.fenced == []
     assert tally.writes == {}
     assert await reading.fence(redis_client, SWARM, first("eng-1")) is None
+
+
+async def test_a_stuck_fast_path_does_not_stall_the_listing_pass(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A watch-event recovery stuck on a slow runtime call holds up only its own seat: a
+    listing pass gives way for a moment, then recovers the other seat and returns."""
+    hx, runtime, tally = await started(redis_client)
+    gate = asyncio.Event()
+    launch = runtime.launch
+
+    async def slow_launch(spec: pods.LaunchSpec) -> None:
+        if spec.execution_id == second("eng-1"):
+            await gate.wait()
+        await launch(spec)
+
+    runtime.launch = slow_launch  # type: ignore[method-assign]
+    runtime.fail(first("eng-1"), "oom_killed")
+    stuck = asyncio.create_task(hx.recovery.recover_failed([runtime.attempts[first("eng-1")]]))
+    await asyncio.sleep(0.2)
+    runtime.fail(first("eng-2"), "oom_killed")
+    report = await asyncio.wait_for(hx.recovery.reconcile(), timeout=5)
+    assert report.fenced == [first("eng-2")] and report.launched == [second("eng-2")]
+    assert not stuck.done()
+    gate.set()
+    fast = await stuck
+    assert fast.launched == [second("eng-1")]
+    assert tally.writes["fenced"] == 2 and tally.writes["launched"] == 2
