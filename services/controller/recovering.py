@@ -8,10 +8,12 @@ step is idempotent and recorded, so a controller killed between any two writes a
 finishes the work without doing any of it twice. A controller that lost its lease changes
 nothing: its pass stops at the first refused write.
 
-Order within a seat: fence; the authority releases (worker credential and store grants revoked,
-account slot ended: one script, recorded together); decide; launch the replacement; remove the
-lost attempt's Pod. The Pod goes last because nothing waits on it: with its authority released
-the lost worker can do nothing, so the replacement is not held up by a Pod deletion.
+Order within a seat: fence, with the authority releases (worker credential and store grants
+revoked, account slot ended) recorded in the same script; decide; launch the replacement; remove
+the lost attempt's Pod. (A fence from an attempt found missing, and a fence left by a controller
+that stopped before this order, get their authority releases in a script of their own.) The Pod
+goes last because nothing waits on it: with its authority released the lost worker can do
+nothing, so the replacement is not held up by a Pod deletion.
 
 The watch's fast path. Between passes the runtime's watch hands over attempts whose own
 worker status shows a failure (`pods.Change.failed`); `recover_failed` takes those seats
@@ -201,9 +203,12 @@ class Recovery:
         async def one(name: str) -> None:
             async with self._seat_locks[name]:
                 self._touched[name] += 1
-                seat = await reading.seat(self.client, self.swarm, name)
+                failed = newest[name]
+                seat, held = await reading.seat_and_execution(
+                    self.client, self.swarm, name, failed.execution_id
+                )
                 if seat is not None:
-                    await self._recover_seat(seat, newest[name], {}, report, watched=True)
+                    await self._recover_seat(seat, failed, {}, report, watched=True, held=held)
 
         report = PassReport(watched=True)
         self._fast_running += 1
@@ -349,9 +354,16 @@ class Recovery:
             )
 
     async def _fence(
-        self, seat: records.Seat, attempt: pods.Attempt, report: PassReport, *, precheck: bool
+        self,
+        seat: records.Seat,
+        attempt: pods.Attempt,
+        report: PassReport,
+        *,
+        precheck: bool,
+        held: records.Execution | None = None,
     ) -> tuple[str, records.Fence | None]:
-        """Fence the seat's current attempt: the script's status, and the fence it wrote."""
+        """Fence the seat's current attempt: the script's status, and the fence it wrote.
+        With the attempt's record (`held`), its authority is released in the same write."""
         if seat.current_execution_id != attempt.execution_id:
             # Only the current attempt of a seat can be fenced; a superseded attempt's failure
             # was handled when it was fenced.
@@ -363,8 +375,9 @@ class Recovery:
             # Held for the master or operator (the script checks again, atomically).
             report.held.append(attempt.execution_id)
             return "restore_refused", None
+        releases = replacing.authority_releases(self.ctx, held) if held is not None else None
         status, fence = await self.writer.fence_returning(
-            seat, attempt.execution_id, attempt.generation, str(attempt.failure)
+            seat, attempt.execution_id, attempt.generation, str(attempt.failure), releases
         )
         if status == "fenced":
             report.fenced.append(attempt.execution_id)
@@ -428,12 +441,18 @@ class Recovery:
         report: PassReport,
         *,
         watched: bool = False,
+        held: records.Execution | None = None,
     ) -> None:
+        """One seat's recovery. `held` is the failed attempt's record when the caller read it
+        with the seat."""
         reads: reading.FencedReads | None = None
         if failed is not None and seat.current_execution_id == failed.execution_id:
-            # The fence and what the next steps read, in one round trip's wait.
+            if held is None or held.execution_id != failed.execution_id:
+                held = await reading.execution(self.client, self.swarm, failed.execution_id)
+            # The fence (with the authority releases) and what the next steps read, in one
+            # round trip's wait.
             (_, written), fresh = await asyncio.gather(
-                self._fence(seat, failed, report, precheck=not watched),
+                self._fence(seat, failed, report, precheck=not watched, held=held),
                 reading.fenced_attempt(
                     self.client, self.swarm, failed.execution_id, with_fence=False
                 ),
@@ -453,19 +472,28 @@ class Recovery:
                     self.client, self.swarm, seat.fenced_execution_id
                 )
         fence = reads.fence if reads is not None else None
+        admission = None
         if reads is not None and fence is not None:
             fence = await replacing.release_authority(self.ctx, fence, held=reads.execution)
             if reads.decision is None:
-                await self._decide(fence, reads, report)
-        # The seat's current attempt, read with the seat: after a decision, its replacement.
-        expect = (
-            keys.execution_id(self.swarm, fence.seat, fence.generation + 1)
-            if fence is not None
-            else seat.current_execution_id
-        )
-        current, attempt = await reading.seat_and_execution(
-            self.client, self.swarm, seat.seat, expect
-        )
+                admission = await self._decide(fence, reads, report)
+        current: records.Seat | None
+        expect: str
+        if admission is not None and admission.seat is not None:
+            # Accepted just now: the script returned the replacement and seat it wrote.
+            current, attempt = admission.seat, admission.replacement
+            expect = admission.seat.current_execution_id
+        else:
+            # The seat's current attempt, read with the seat: after a decision, its
+            # replacement.
+            expect = (
+                keys.execution_id(self.swarm, fence.seat, fence.generation + 1)
+                if fence is not None
+                else seat.current_execution_id
+            )
+            current, attempt = await reading.seat_and_execution(
+                self.client, self.swarm, seat.seat, expect
+            )
         if current is None:
             return
         if current.current_execution_id != expect:
@@ -485,7 +513,8 @@ class Recovery:
 
     async def _decide(
         self, fence: records.Fence, reads: reading.FencedReads, report: PassReport
-    ) -> None:
+    ) -> replacing.Admission | None:
+        """Resume at once or wait for a choice; the admission when one was attempted."""
         config, held, paused = reads.config, reads.execution, reads.paused
         found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
         switches = deciding.Switches(
@@ -511,9 +540,9 @@ class Recovery:
             )
             if admission.status == "accepted":
                 report.accepted.append(fence.execution_id)
-                return
+                return admission
             if admission.status != "paused":
-                return
+                return admission
         detail = telemetry.detail(
             decision=records.RECOVERY_PENDING,
             reason=fence.reason,
@@ -521,6 +550,7 @@ class Recovery:
         )
         if await self.writer.pend(fence, plan.offer, detail) == "pending":
             report.pending.append(fence.execution_id)
+        return None
 
     async def run(
         self,

@@ -273,8 +273,24 @@ async def release_authority(
     held = held or await reading.execution(ctx.client, ctx.swarm, eid)
     if held is None:
         raise errors.NotFound("execution_missing", "the fenced attempt has no record")
+    revoke = authority_releases(ctx, held)
+    at = ctx.writer.now()
+    if await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo}, at=at) == "released":
+        # Recorded as sent: no read back. (Only this copy would show our time for a kind
+        # recorded meanwhile; the seat's lock means nothing else records them.)
+        done = tuple(records.Release(kind, at, ctx.writer.lease.epoch or 0) for kind in todo)
+        return dataclasses.replace(fence, releases=fence.releases + done)
+    return await reading.fence(ctx.client, ctx.swarm, eid) or fence
+
+
+def authority_releases(
+    ctx: Context, held: records.Execution
+) -> dict[records.ReleaseKind, list[tuple[str, int]]]:
+    """What ending a fenced attempt's authority revokes: its worker credential (launch grant)
+    and its store grants, each revocation kept until the token could no longer pass a check,
+    and its account slot (no token)."""
     now = int(ctx.writer.clock())
-    revoke: dict[records.ReleaseKind, list[tuple[str, int]]] = {
+    return {
         records.ReleaseKind.LAUNCH_GRANT: [
             (
                 held.credential_id,
@@ -293,13 +309,6 @@ async def release_authority(
         ],
         records.ReleaseKind.ACCOUNT_SLOT: [],
     }
-    at = ctx.writer.now()
-    if await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo}, at=at) == "released":
-        # Recorded as sent: no read back. (Only this copy would show our time for a kind
-        # recorded meanwhile; the seat's lock means nothing else records them.)
-        done = tuple(records.Release(kind, at, ctx.writer.lease.epoch or 0) for kind in todo)
-        return dataclasses.replace(fence, releases=fence.releases + done)
-    return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 
 async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
@@ -328,10 +337,13 @@ async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
 
 @dataclasses.dataclass(frozen=True)
 class Admission:
-    """The answer of `admit`: the script's status and the decision as recorded afterwards."""
+    """The answer of `admit`: the script's status, the decision as recorded afterwards, and
+    when accepted now the replacement and its seat as written."""
 
     status: str
     decision: records.Decision | None
+    replacement: records.Execution | None = None
+    seat: records.Seat | None = None
 
 
 def task_recovery_accepted(
@@ -408,7 +420,7 @@ async def admit(
         replacement_execution_id=replacement.execution_id,
     )
 
-    async def accept() -> str:
+    async def accept() -> writing.Accepted:
         return await ctx.writer.accept(
             fence,
             choice=choice,
@@ -421,14 +433,14 @@ async def admit(
             offer=offer,
         )
 
-    status = await accept()
-    if status == "releasing":
+    accepted = await accept()
+    if accepted.status == "releasing":
         fence = await release_authority(ctx, fence)
-        status = await accept()
-    if not read_back:
-        return Admission(status, None)
-    decided = await reading.decision(ctx.client, ctx.swarm, fence.execution_id)
-    return Admission(status, decided)
+        accepted = await accept()
+    decided = (
+        await reading.decision(ctx.client, ctx.swarm, fence.execution_id) if read_back else None
+    )
+    return Admission(accepted.status, decided, accepted.replacement, accepted.seat)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -516,8 +516,7 @@ async def test_sigkill_after_each_write_of_a_recovery_then_restart_does_everythi
         assert [w["number"] for w in writes] == list(range(1, len(writes) + 1)), sequence
         authority = ",".join(k.value for k in records.AUTHORITY_RELEASES)
         assert sequence == [
-            ("fence", None, "fenced"),
-            ("release", authority, "released"),
+            ("fence", authority, "fenced"),  # the authority releases in the same write
             ("accept", None, "accepted"),
             ("launched", None, "launched"),
             ("release", "pod", "released"),

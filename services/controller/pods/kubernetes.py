@@ -33,6 +33,7 @@ from services.controller.pods import classifying, runtime, templates
 logger = logging.getLogger(__name__)
 
 _TEMPORARY = frozenset({0, 429, 500, 502, 503, 504})
+_CLASSIFY_SLICE = 100  # Pods classified between two yields to the event loop
 _MEMORY = 10_000  # departed and removed attempts remembered (bounded: a pass outlives them)
 _Key = tuple[str, str]
 _T = TypeVar("_T")
@@ -105,13 +106,19 @@ class KubernetesRuntime:
             nodes: dict[str, classifying.Node] | None = None
             if nodes_body is not None:
                 nodes = {n["metadata"]["name"]: n for n in orjson.loads(nodes_body)["items"]}
-            for pod in orjson.loads(pods_body)["items"]:
-                attempt = _attempt(pod, nodes, now)
-                # A removed attempt whose Pod a finalizer keeps Terminating is removed all the
-                # same.
-                if attempt is not None and (swarm, attempt.execution_id) not in self._removed:
-                    attempts.append(attempt)
-            del nodes  # the parsed objects go while the collector is paused (see there)
+            items = orjson.loads(pods_body)["items"]
+            del pods_body
+            for start in range(0, len(items), _CLASSIFY_SLICE):
+                # Other tasks (a recovery from the watch, an API call) get the loop between
+                # slices: a large list is not one long stall.
+                await asyncio.sleep(0)
+                for pod in items[start : start + _CLASSIFY_SLICE]:
+                    attempt = _attempt(pod, nodes, now)
+                    # A removed attempt whose Pod a finalizer keeps Terminating is removed all
+                    # the same.
+                    if attempt is not None and (swarm, attempt.execution_id) not in self._removed:
+                        attempts.append(attempt)
+            del items, nodes  # the parsed objects go while the collector is paused (see there)
         listed = {a.execution_id for a in attempts}
         for (owner, execution), pod in list(self._departed.items()):
             attempt = (
@@ -577,8 +584,9 @@ def _collector_paused() -> Iterator[None]:
     A list of thousands of Pods is hundreds of thousands of dicts, lists and strings. Each
     allocation counts towards a collection, and the collections find nothing (parsed JSON holds
     no cycles; reference counting frees it) but walk all of it, doubling the time the event
-    loop spends on a list. Freed inside the pause, the objects leave no count behind. Only code
-    without an await runs inside, so no other task runs with the collector paused.
+    loop spends on a list. Freed inside the pause, the objects leave no count behind. Other
+    tasks may run while it is paused (a list is classified in slices); for those moments their
+    garbage waits for the next collection, which costs nothing but a little memory.
     """
     if not gc.isenabled():
         yield

@@ -7,6 +7,7 @@ A lost lease raises `scripting.LeaseLost` and nothing was written.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import time
@@ -18,11 +19,31 @@ from services.controller.state import keys, leasing, records
 
 Clock = Callable[[], float]
 
+Releases = Mapping[records.ReleaseKind, Sequence[tuple[str, int]]]
+"""Releases to do: each kind with the (token id, seconds to keep the revocation) of each token
+it revokes."""
+
+
+def _releases(releases: Releases) -> tuple[str, list[tuple[str, int]]]:
+    """The scripts' form of `releases`: [[kind, its token count], ...] as JSON, and the tokens
+    in that order."""
+    kinds = [[kind.value, len(revoke)] for kind, revoke in releases.items()]
+    return json.dumps(kinds), [token for revoke in releases.values() for token in revoke]
+
 
 def rfc3339(at: float) -> str:
     """A UTC timestamp as RFC 3339 with a `Z`."""
     stamp = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
     return stamp.replace("+00:00", "Z")
+
+
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """The answer of `Writer.accept`."""
+
+    status: str
+    replacement: records.Execution | None = None
+    seat: records.Seat | None = None
 
 
 class Writer:
@@ -97,10 +118,17 @@ class Writer:
         return status
 
     async def fence_returning(
-        self, seat: records.Seat, execution: str, generation: int, reason: str
+        self,
+        seat: records.Seat,
+        execution: str,
+        generation: int,
+        reason: str,
+        releases: Releases | None = None,
     ) -> tuple[str, records.Fence | None]:
-        """`fence`, with the fence record it wrote (None unless `fenced`)."""
+        """`fence`, with the fence record it wrote (None unless `fenced`). `releases` (as for
+        `release`) are done and recorded in the same write when it fences."""
         s = self.swarm
+        kinds, tokens = _releases(releases or {})
         reply = await self._run(
             "fence",
             [
@@ -112,8 +140,11 @@ class Writer:
                 keys.attention(s),
                 keys.refusal(s, execution),
                 keys.expected(s),
+                keys.slots(s),
+                keys.slots_used(s),
+                *(keys.revoked(s, t) for t, _ in tokens),
             ],
-            [execution, generation, reason, self.now(), s],
+            [execution, generation, reason, self.now(), s, kinds, *(ttl for _, ttl in tokens)],
         )
         status = str(reply["status"])
         written = reply.get("fence") if status == "fenced" else None
@@ -122,7 +153,7 @@ class Writer:
     async def release(
         self,
         execution: str,
-        releases: Mapping[records.ReleaseKind, Sequence[tuple[str, int]]],
+        releases: Releases,
         *,
         at: str | None = None,
     ) -> str:
@@ -136,8 +167,7 @@ class Writer:
             at: The release time to record (now when None).
         """
         s = self.swarm
-        kinds = [[kind.value, len(revoke)] for kind, revoke in releases.items()]
-        tokens = [token for revoke in releases.values() for token in revoke]
+        kinds, tokens = _releases(releases)
         reply = await self._run(
             "release",
             [
@@ -146,7 +176,7 @@ class Writer:
                 keys.slots_used(s),
                 *(keys.revoked(s, t) for t, _ in tokens),
             ],
-            [json.dumps(kinds), at or self.now(), execution, *(ttl for _, ttl in tokens)],
+            [kinds, at or self.now(), execution, *(ttl for _, ttl in tokens)],
         )
         return str(reply["status"])
 
@@ -183,12 +213,13 @@ class Writer:
         request_field: str | None,
         detail: str,
         offer: records.Offer | None,
-    ) -> str:
+    ) -> Accepted:
         """Accept a decision and admit its replacement in one script.
 
         Returns:
-            `accepted`, `repeated`, `conflict`, `releasing`, `paused`, `not_current` or
-            `no_fence`.
+            The status (`accepted`, `repeated`, `conflict`, `releasing`, `paused`,
+            `not_current` or `no_fence`) and, when accepted, the replacement and the seat as
+            written.
         """
         s, e = self.swarm, fence.execution_id
         reply = await self._run(
@@ -221,7 +252,14 @@ class Writer:
                 json.dumps(offer.to_json()) if offer else "",
             ],
         )
-        return str(reply["status"])
+        status = str(reply["status"])
+        if status != "accepted":
+            return Accepted(status)
+        return Accepted(
+            status,
+            records.Execution.from_hash(reply["replacement"]),
+            records.Seat.from_hash(reply["seat"]),
+        )
 
     async def launched(self, execution: records.Execution, seat: records.Seat) -> str:
         """Record that the attempt's Pod was launched: `launched`, `already` or `missing`."""

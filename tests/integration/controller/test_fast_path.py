@@ -44,8 +44,8 @@ class Tally:
     def __call__(self, name: str, reply: Any) -> None:
         if reply.get("status") in ("fenced", "accepted", "launched"):
             self.writes[str(reply["status"])] += 1
-        if name == "release" and reply.get("status") == "released":
-            for kind in str(reply["kind"]).split(","):
+        if (name, reply.get("status")) in (("release", "released"), ("fence", "fenced")):
+            for kind in filter(None, str(reply.get("kind", "")).split(",")):
                 self.writes[f"release:{kind}"] += 1
 
 

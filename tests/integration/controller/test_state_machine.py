@@ -36,9 +36,10 @@ class Tally:
 
     def __call__(self, name: str, reply: Mapping[str, Any]) -> None:
         self.count += 1
-        if name == "release" and reply.get("status") == "released":
-            # One script may record several kinds ("launch_grant,store_grants,account_slot").
-            for kind in str(reply["kind"]).split(","):
+        if (name, reply.get("status")) in (("release", "released"), ("fence", "fenced")):
+            # One script may record several kinds ("launch_grant,store_grants,account_slot"),
+            # and a fence records the authority releases it did the same way.
+            for kind in filter(None, str(reply.get("kind", "")).split(",")):
                 self.releases[(str(reply["execution"]), kind)] += 1
         if self.crash_at is not None and self.count >= self.crash_at:
             self.crash_at = None

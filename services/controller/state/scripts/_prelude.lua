@@ -73,6 +73,30 @@ local function end_slot(slots_key, used_key, execution)
   end
 end
 
+-- Do and record in the fence each release of a fenced attempt that is not recorded yet.
+-- kinds: a list of {kind, how many of `revoke_keys` are its own}, in key order; revoke_keys and
+-- ttls: the revocation keys to set and their TTLs in seconds. Returns the kinds done and the
+-- record written for each.
+local function release_kinds(fence_key, slots_key, used_key, execution, kinds, revoke_keys,
+                             ttls, at)
+  local record = cjson.encode({released_at = at, controller_epoch = tonumber(EPOCH)})
+  local done, index = {}, 1
+  for _, entry in ipairs(kinds) do
+    local kind, count = entry[1], entry[2]
+    local field = 'release:' .. kind
+    if redis.call('HEXISTS', fence_key, field) == 0 then
+      for i = index, index + count - 1 do
+        redis.call('SET', revoke_keys[i], '1', 'EX', ttls[i])
+      end
+      if kind == 'account_slot' then end_slot(slots_key, used_key, execution) end
+      redis.call('HSET', fence_key, field, record)
+      done[#done + 1] = kind
+    end
+    index = index + count
+  end
+  return done, record
+end
+
 -- Take a seat off the pass's attention set when nothing is left to do: it is running, its
 -- current attempt was launched, and its latest fence (if it has one) has released its Pod.
 -- True when it did.

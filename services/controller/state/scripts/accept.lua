@@ -47,4 +47,6 @@ redis.call('HSET', KEYS[7], 'recovery', ARGV[7])
 if ARGV[9] ~= '' then redis.call('HDEL', KEYS[12], ARGV[9]) end
 local ev = event(KEYS[13], 'recovery', ARGV[11], fence.seat, ARGV[3], fence.generation,
   seat.generation, ARGV[12], ARGV[10])
-return reply({status = 'accepted', events = {ev}})
+-- What it wrote comes back: the caller launches the replacement without reading it again.
+return reply({status = 'accepted', events = {ev}, replacement = hgetall(KEYS[8]),
+  seat = hgetall(KEYS[6])})

@@ -5,9 +5,12 @@
 -- A replacement that reported a restore refusal is not fenced (status restore_refused): its
 -- accepted decision stays in place for the master or operator, who fixes the cause and
 -- relaunches it (see absent.lua).
+-- Releases may come with the fence (as in release.lua), done and recorded in the same write.
 -- KEYS[3] seat, [4] execution, [5] fence, [6] task, [7] events, [8] attention, [9] refusal,
---   [10] expected.
--- ARGV[3] execution id, [4] observed generation, [5] reason, [6] at, [7] swarm.
+--   [10] expected, [11] slots, [12] slots used per account, [13..] revocation keys.
+-- ARGV[3] execution id, [4] observed generation, [5] reason, [6] at, [7] swarm,
+--   [8] JSON list of [release kind, how many of the revocation keys are its own] ('[]': none),
+--   [9..] TTL in seconds of each revocation key.
 if redis.call('EXISTS', KEYS[5]) == 1 then return reply({status = 'exists'}) end
 local seat = hgetall(KEYS[3])
 local execution = hgetall(KEYS[4])
@@ -40,6 +43,15 @@ if task.held ~= '1' then
   redis.call('HSET', KEYS[6], 'prior_awaiting', task.awaiting or '', 'held', '1')
 end
 redis.call('HSET', KEYS[6], 'awaiting', 'recovery_pending')
+local revoke_keys, ttls = {}, {}
+for i = 13, #KEYS do
+  revoke_keys[#revoke_keys + 1] = KEYS[i]
+  ttls[#ttls + 1] = ARGV[i - 4]
+end
+local done, record = release_kinds(KEYS[5], KEYS[11], KEYS[12], ARGV[3], cjson.decode(ARGV[8]),
+  revoke_keys, ttls, ARGV[6])
+for _, kind in ipairs(done) do fence['release:' .. kind] = record end
 local ev = event(KEYS[7], 'fence', ARGV[7], seat.seat, ARGV[3], seat.generation, ARGV[4],
   cjson.encode(detail), ARGV[6])
-return reply({status = 'fenced', events = {ev}, fence = fence})
+return reply({status = 'fenced', events = {ev}, fence = fence, kind = table.concat(done, ','),
+  execution = ARGV[3]})

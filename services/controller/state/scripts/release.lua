@@ -6,20 +6,12 @@
 -- ARGV[3] JSON list of [kind, how many of the revocation keys are its own] in key order,
 --   [4] at, [5] execution id, [6..] TTL in seconds of each revocation key.
 if redis.call('EXISTS', KEYS[3]) == 0 then return reply({status = 'no_fence'}) end
-local record = cjson.encode({released_at = ARGV[4], controller_epoch = tonumber(EPOCH)})
-local done, index = {}, 6
-for _, entry in ipairs(cjson.decode(ARGV[3])) do
-  local kind, count = entry[1], entry[2]
-  local field = 'release:' .. kind
-  if redis.call('HEXISTS', KEYS[3], field) == 0 then
-    for i = index, index + count - 1 do
-      redis.call('SET', KEYS[i], '1', 'EX', ARGV[i])
-    end
-    if kind == 'account_slot' then end_slot(KEYS[4], KEYS[5], ARGV[5]) end
-    redis.call('HSET', KEYS[3], field, record)
-    done[#done + 1] = kind
-  end
-  index = index + count
+local revoke_keys, ttls = {}, {}
+for i = 6, #KEYS do
+  revoke_keys[#revoke_keys + 1] = KEYS[i]
+  ttls[#ttls + 1] = ARGV[i]
 end
+local done = release_kinds(KEYS[3], KEYS[4], KEYS[5], ARGV[5], cjson.decode(ARGV[3]),
+  revoke_keys, ttls, ARGV[4])
 if #done == 0 then return reply({status = 'already'}) end
 return reply({status = 'released', kind = table.concat(done, ','), execution = ARGV[5]})
