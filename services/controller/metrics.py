@@ -50,35 +50,27 @@ class Metrics:
         self.registry = CollectorRegistry()
         self._outcomes = _Outcomes()
         self.registry.register(self._outcomes)
-        self.fences = Counter(
-            "agentihooks_fences",
-            "Attempts fenced by this controller",
-            ["swarm"],
-            registry=self.registry,
+        self.fences = self._per_swarm("agentihooks_fences", "Attempts fenced by this controller")
+        self.decisions = self._per_swarm(
+            "agentihooks_decisions", "Decisions accepted by this controller"
         )
-        self.decisions = Counter(
-            "agentihooks_decisions",
-            "Decisions accepted by this controller",
-            ["swarm"],
-            registry=self.registry,
+        self.pending = self._per_swarm(
+            "agentihooks_recovery_pending", "Fenced attempts moved to awaiting-decision"
         )
-        self.pending = Counter(
-            "agentihooks_recovery_pending",
-            "Fenced attempts moved to awaiting-decision",
-            ["swarm"],
-            registry=self.registry,
+        self.launches = self._per_swarm(
+            "agentihooks_replacements_launched", "Replacement attempts launched"
         )
-        self.launches = Counter(
-            "agentihooks_replacements_launched",
-            "Replacement attempts launched",
-            ["swarm"],
-            registry=self.registry,
+        self.missing = self._per_swarm(
+            "agentihooks_attempts_missing",
+            "Passes that did not find an expected attempt in the runtime's list",
         )
-        self.watch_fences = Counter(
+        self.relaunched = self._per_swarm(
+            "agentihooks_replacements_relaunched",
+            "Refused replacements launched again after their worker was deleted",
+        )
+        self.watch_fences = self._per_swarm(
             "agentihooks_watch_fences",
             "Attempts fenced from a watch event, without listing the swarm",
-            ["swarm"],
-            registry=self.registry,
         )
         self.pass_seconds = Histogram(
             "agentihooks_recovery_pass_seconds",
@@ -88,6 +80,9 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
         )
 
+    def _per_swarm(self, name: str, documentation: str) -> Counter:
+        return Counter(name, documentation, ["swarm"], registry=self.registry)
+
     def observe(self, swarm: str, report: recovering.PassReport) -> None:
         """Count what one pass did."""
         if report.standby or report.lease_lost:
@@ -96,6 +91,8 @@ class Metrics:
         self.pending.labels(swarm).inc(len(report.pending))
         self.decisions.labels(swarm).inc(len(report.accepted))
         self.launches.labels(swarm).inc(len(report.launched))
+        self.missing.labels(swarm).inc(len(report.missing))
+        self.relaunched.labels(swarm).inc(len(report.relaunched))
         if report.watched:
             self.watch_fences.labels(swarm).inc(len(report.fenced))
         else:
