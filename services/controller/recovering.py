@@ -158,8 +158,8 @@ class Recovery:
             asyncio.Lock
         )
         self._touched: collections.Counter[str] = collections.Counter()
-        # Set while no fast path runs: a listing pass waits for it between its steps, so the
-        # seconds a failure waits are not spent on a pass's routine work.
+        # Set while no fast path runs: a listing pass waits for it between its steps (for at
+        # most GIVE_WAY_S), so a failure's recovery does not queue behind a pass's routine work.
         self._fast_idle = asyncio.Event()
         self._fast_idle.set()
         self._fast_running = 0
