@@ -70,6 +70,9 @@ GIVE_WAY_S = 0.5
 """How long a listing pass waits, at each of its steps, for running fast-path recoveries to
 finish before it goes on anyway (a fast path stuck on a slow API call must not stall passes)."""
 
+HELPER_STOP_S = 10.0
+"""How long stopping waits for the watch and fast-path tasks of a loop to end."""
+
 MISSING_PASSES = 2
 """Consecutive passes an expected attempt must be missing from the runtime's list before the pass
 acts on it (fences it evicted, or relaunches a refused replacement)."""
@@ -592,11 +595,25 @@ class Recovery:
                         for w in waits:
                             w.cancel()
             finally:
+                # Closed first: a fast path whose cancellation a client library swallowed
+                # still ends at its next wait.
+                inbox.close()
                 for helper in helpers:
                     helper.cancel()
                 # A watch that failed only costs promptness: passes still run every interval.
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await asyncio.gather(*helpers)
+                # Every helper is waited for, but not forever (a call stuck past its cancel).
+                ended, stuck = await asyncio.wait(helpers, timeout=HELPER_STOP_S)
+                for helper in ended:
+                    if not helper.cancelled():
+                        helper.exception()  # retrieved: a watch's failure was already handled
+                for helper in stuck:
+                    logs.event(
+                        log,
+                        "helper_stop_timeout",
+                        logging.WARNING,
+                        swarm=self.swarm,
+                        helper=helper.get_name(),
+                    )
         await self.lease.release()
 
     async def _watch(self, inbox: _Inbox) -> None:
@@ -606,6 +623,8 @@ class Recovery:
     async def _fast(self, inbox: _Inbox, on_pass: Callable[[PassReport], None] | None) -> None:
         while True:
             await inbox.urgent.wait()
+            if inbox.closed:
+                return
             report = await self.recover_failed(inbox.take())
             if on_pass is not None:
                 on_pass(report)
@@ -721,7 +740,13 @@ class _Inbox:
         self.relist = asyncio.Event()
         self.urgent = asyncio.Event()
         self.lease_lost = asyncio.Event()
+        self.closed = False
         self._failed: dict[str, pods.Attempt] = {}
+
+    def close(self) -> None:
+        """No more recoveries from this inbox: a waiting fast path wakes and ends."""
+        self.closed = True
+        self.urgent.set()
 
     def put(self, change: pods.Change) -> None:
         if change.relist:

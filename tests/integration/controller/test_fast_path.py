@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -183,3 +185,36 @@ async def test_a_stuck_fast_path_does_not_stall_the_listing_pass(
     fast = await stuck
     assert fast.launched == [second("eng-1")]
     assert tally.writes["fenced"] == 2 and tally.writes["launched"] == 2
+
+
+async def test_stopping_the_loop_ends_a_fast_path_that_swallowed_its_cancellation(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Some client libraries lose a task's cancellation inside a call. A recovery from the
+    watch that was cancelled that way still ends when the loop stops: nothing is left running
+    (the suite fails any test that leaves a task behind)."""
+    hx, runtime, _ = await started(redis_client)
+    runtime.fail(first("eng-1"), "oom_killed")
+    failed = runtime.attempts[first("eng-1")]
+    in_launch = asyncio.Event()
+    launch = runtime.launch
+
+    async def swallowing_launch(spec: pods.LaunchSpec) -> None:
+        in_launch.set()
+        with contextlib.suppress(asyncio.CancelledError):  # lost, as a careless library would
+            await asyncio.Event().wait()
+        await launch(spec)
+
+    async def watch(swarm: str) -> AsyncIterator[pods.Change]:
+        yield pods.Change(failed=(failed,))
+        await asyncio.Event().wait()
+
+    runtime.launch = swallowing_launch  # type: ignore[method-assign]
+    runtime.watch = watch  # type: ignore[method-assign]
+    await hx.recovery.lease.release()  # the loop takes it itself
+    stop = asyncio.Event()
+    loop = asyncio.create_task(hx.recovery.run(stop, interval_s=60))
+    await asyncio.wait_for(in_launch.wait(), 5)
+    stop.set()
+    await asyncio.wait_for(loop, 5)
+    assert runtime.launch_calls == [second("eng-1")]
