@@ -276,8 +276,8 @@ async def release_authority(
     revoke = authority_releases(ctx, held)
     at = ctx.writer.now()
     if await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo}, at=at) == "released":
-        # Recorded as sent: no read back. (Only this copy would show our time for a kind
-        # recorded meanwhile; the seat's lock means nothing else records them.)
+        # Recorded as sent: no read back. (A kind another caller, a decision call, recorded
+        # meanwhile would show our time in this copy only, not in Redis.)
         done = tuple(records.Release(kind, at, ctx.writer.lease.epoch or 0) for kind in todo)
         return dataclasses.replace(fence, releases=fence.releases + done)
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
