@@ -66,21 +66,29 @@ async def test_a_controller_that_loses_its_lease_mid_pass_changes_nothing(
     hx.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-7")]
     hx.runtime.fail(first("eng-1"))
     hx.runtime.fail(first("eng-2"))
-    at_handover: dict[bytes, object] = {}
     original = hx.checkpoints.newest_compatible
+    handed: list[asyncio.Task[dict[bytes, object]]] = []
 
     async def hand_over(scope: records.AttemptScope, key: str):  # type: ignore[no-untyped-def]
-        # The lease expires under A (a long GC pause, a partition) and B takes over.
-        if not at_handover:
-            await redis_client.delete(keys.lease(SWARM))
-            assert await b.lease.acquire()
-            at_handover.update(await snapshot(redis_client))
+        # The lease expires under A (a long GC pause, a partition) and B takes over, while A
+        # decides on eng-1. Seats are recovered concurrently: the hand-over is a task of its
+        # own, so it completes even when A's pass cancels this seat (another seat hit the lost
+        # lease first).
+        if scope.seat == "eng-1" and not handed:
+            handed.append(asyncio.ensure_future(take_over()))
+            await asyncio.shield(handed[0])
         return await original(scope, key)
+
+    async def take_over() -> dict[bytes, object]:
+        await redis_client.delete(keys.lease(SWARM))
+        assert await b.lease.acquire()
+        return await snapshot(redis_client)
 
     hx.checkpoints.newest_compatible = hand_over  # type: ignore[method-assign]
     assert a.lease.is_held()  # A's local view still says it holds the lease
     report = await a.reconcile()
-    assert report.lease_lost
+    assert report.lease_lost and handed
+    at_handover = await handed[0]
     assert at_handover and await snapshot(redis_client) == at_handover
     # Every other write A tries now is refused too, and changes nothing.
     for write in (
