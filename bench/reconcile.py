@@ -12,10 +12,10 @@ measured in the same run:
    ended, Pod and Secret deleted), decision and admission, and the replacement's Pod and Secret
    created. Baseline: the same Pod list call through kubernetes-asyncio with
    ``_preload_content=False`` plus ``json.loads`` of the same response. Between rounds (not
-   timed) each replacement reports its outcome and an untimed pass settles the seats, so every
-   round starts alike. Best of five each. For scale it also times a pass with no new failure
-   (the lists, every Pod classified, the attention set read: what bench/reconcile_list.py
-   measured before it was folded in here).
+   timed) each replacement reports its outcome (which closes its recovery) and an untimed pass
+   follows, so every round starts alike. Best of five each. For scale it also times a pass
+   with no new failure (the lists, every Pod classified, the attention set read: what
+   bench/reconcile_list.py measured before it was folded in here).
 2. **Latency.** A swarm of 200 seats with its controller loop running (`Recovery.run`: lease,
    the Pod and Node watches, the watch's fast path for failed workers, listing passes at least
    every 2 s, the default interval). One Pod at a time is set to failed and the time until the
@@ -305,7 +305,7 @@ async def bench_pass(redis: aioredis.Redis) -> float:
             assert len(parsed["items"]) == PODS
             assert len(report.fenced) == len(failing) == len(report.accepted), report
             assert len(report.launched) == len(failing) and not report.errors, report
-            # Not timed: the replacements report, a pass settles their seats.
+            # Not timed: the replacements report (closing their recoveries), a pass follows.
             await report_outcomes(
                 recovery, [keys.execution_id(swarm, seat_name(i), 2) for i in failing]
             )
