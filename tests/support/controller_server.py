@@ -204,6 +204,16 @@ async def stop_controller(ctl: Controller, server: grpc.aio.Server) -> None:
     await ctl.redis.aclose()
 
 
+async def empty_state(redis_url: str, tmp_path: pathlib.Path) -> pathlib.Path:
+    """An empty Redis and a new local checkpoint folder (returned) for a controller."""
+    flush = aioredis.Redis.from_url(redis_url)
+    await flush.flushall()
+    await flush.aclose()
+    root = tmp_path / "checkpoints"
+    root.mkdir()
+    return root
+
+
 @pytest.fixture
 async def controller(
     tmp_path: pathlib.Path,
@@ -211,11 +221,7 @@ async def controller(
     k8s_emulator: k8s_emulator.K8sEmulator,
 ) -> AsyncIterator[Controller]:
     """A controller on the emulator with an empty Redis and a local checkpoint folder."""
-    flush = aioredis.Redis.from_url(redis_server.url)
-    await flush.flushall()
-    await flush.aclose()
-    root = tmp_path / "checkpoints"
-    root.mkdir()
+    root = await empty_state(redis_server.url, tmp_path)
     ctl, server = await start_controller(redis_server.url, k8s_emulator, root)
     try:
         yield ctl
@@ -366,11 +372,7 @@ async def controllers(
     k8s_emulator: k8s_emulator.K8sEmulator,
 ) -> AsyncIterator[Controllers]:
     """Controllers to start and restart on an empty Redis, the emulator and a local folder."""
-    flush = aioredis.Redis.from_url(redis_server.url)
-    await flush.flushall()
-    await flush.aclose()
-    root = tmp_path / "checkpoints"
-    root.mkdir()
+    root = await empty_state(redis_server.url, tmp_path)
     runner = Controllers(redis_server.url, k8s_emulator, root)
     try:
         yield runner

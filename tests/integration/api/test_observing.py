@@ -18,7 +18,7 @@ from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as store_grpc
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import types_pb2
 
-from tests.support import binaries, ports, redis_server, store_server
+from tests.support import binaries, ports
 from tests.support import controller_server as cs
 
 E1, E2, R2 = "example.eng-1.1", "example.eng-2.1", "example.eng-2.2"
@@ -141,24 +141,6 @@ async def test_only_operators_and_masters_of_the_swarm_may_watch(
         )
         error = await cs.refusal(anext(aiter(call)))
         assert error.code() == (code or grpc.StatusCode.UNAUTHENTICATED)
-
-
-@pytest.fixture
-async def store(
-    controller: cs.Controller, redis_server: redis_server.RedisServer
-) -> AsyncIterator[store_grpc.CheckpointStoreStub]:
-    """A real checkpoint-store server over the controller's folder, with the controller's key."""
-    assert store_server.GRANT_KEY == cs.GRANT_KEY
-    server, port, service = await store_server.start_store(
-        controller.checkpoint_root, redis_server.url
-    )
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield store_grpc.CheckpointStoreStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(None)
-        await service.aclose()
 
 
 async def test_launch_record_returns_the_directive_and_grants_to_the_attempts_own_credential(

@@ -9,7 +9,6 @@ import pathlib
 from collections.abc import AsyncIterator
 
 import pytest
-import redis.asyncio as aioredis
 
 from services.controller.state import keys, reading, records
 from tests.support import controller_server as cs
@@ -26,11 +25,7 @@ async def slow_passes(
 ) -> AsyncIterator[cs.Controller]:
     """A controller whose listing passes run only every 60 s (after the first ones): whatever
     happens sooner was the watch's doing."""
-    flush = aioredis.Redis.from_url(redis_server.url)
-    await flush.flushall()
-    await flush.aclose()
-    root = tmp_path / "checkpoints"
-    root.mkdir()
+    root = await cs.empty_state(redis_server.url, tmp_path)
     ctl, server = await cs.start_controller(
         redis_server.url, k8s_emulator, root, pass_interval_s=60.0
     )

@@ -10,7 +10,6 @@ import json
 from collections.abc import AsyncIterator
 
 import grpc
-import pytest
 from agentihooks.swarm.v2 import checkpoint_store_pb2 as store_pb
 from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as store_grpc
 from agentihooks.swarm.v2 import recovery_pb2 as pb
@@ -21,7 +20,7 @@ from services.common.checkpoints import records as ckpt_records
 from services.controller.pods import classifying
 from services.controller.state import keys, reading
 from tests.support import controller_server as cs
-from tests.support import ports, redis_server, store_server
+from tests.support import ports
 
 E2, R2 = "example.eng-2.1", "example.eng-2.2"
 BEFORE = b"captured before the fence\n"
@@ -56,25 +55,6 @@ def put(data: bytes) -> AsyncIterator[store_pb.PutObjectChunk]:
         yield store_pb.PutObjectChunk(data=data)
 
     return chunks()
-
-
-@pytest.fixture
-async def store(
-    controller: cs.Controller, redis_server: redis_server.RedisServer
-) -> AsyncIterator[store_grpc.CheckpointStoreStub]:
-    """A real checkpoint-store server over the controller's checkpoint folder and Redis (where
-    the controller writes its revocations), checking grants with the controller's key."""
-    assert store_server.GRANT_KEY == cs.GRANT_KEY
-    server, port, service = await store_server.start_store(
-        controller.checkpoint_root, redis_server.url
-    )
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        yield store_grpc.CheckpointStoreStub(channel)
-    finally:
-        await channel.close()
-        await server.stop(None)
-        await service.aclose()
 
 
 async def test_a_fenced_attempt_that_keeps_running_is_refused_everything(

@@ -11,6 +11,7 @@ import pytest
 
 from services.restorer import paths, transcripts
 from services.restorer.harness import base, claude_code, codex
+from tests.support import trees
 
 SID = "0b0c5e2a-7d1f-4c39-9a55-1f2e3d4c5b6a"
 OTHER = "11111111-2222-3333-4444-555555555555"
@@ -21,17 +22,7 @@ RECORDS = [
 CONVERSATION = transcripts.archive(RECORDS)
 
 
-def _tree(root: pathlib.Path) -> dict[str, bytes | str]:
-    found: dict[str, bytes | str] = {}
-    for path in sorted(root.rglob("*")):
-        key = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            found[key] = f"-> {os.readlink(path)}"
-        elif path.is_file():
-            found[key] = path.read_bytes()
-        else:
-            found[key] = "dir"
-    return found
+_tree = trees.tree
 
 
 # --- Claude Code ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from services.restorer import paths
+from tests.support import trees
 
 HOSTILE = [
     "",
@@ -44,17 +45,7 @@ def loose_umask() -> Iterator[None]:
     os.umask(old)
 
 
-def _tree(root: pathlib.Path) -> dict[str, bytes | str]:
-    found: dict[str, bytes | str] = {}
-    for path in sorted(root.rglob("*")):
-        key = path.relative_to(root).as_posix()
-        if path.is_symlink():
-            found[key] = f"-> {os.readlink(path)}"
-        elif path.is_file():
-            found[key] = path.read_bytes()
-        else:
-            found[key] = "dir"
-    return found
+_tree = trees.tree
 
 
 @pytest.mark.parametrize("relative", HOSTILE)

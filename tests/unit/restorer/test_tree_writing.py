@@ -15,13 +15,13 @@ import stat
 import pytest
 
 from services.restorer import paths
+from tests.support import trees
 from tests.unit.restorer import test_paths
 
 HOSTILE = test_paths.HOSTILE
 
 
-def _tree(root: pathlib.Path) -> dict[str, bytes | str]:
-    return test_paths._tree(root)
+_tree = trees.tree
 
 
 def test_many_files_land_with_their_modes_and_nothing_else(tmp_path: pathlib.Path) -> None:
