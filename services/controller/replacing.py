@@ -459,6 +459,7 @@ class LaunchRecord:
     checkpoint_remote: bool
     store_addr: str | None
     task_text: str
+    continuation_prompt: str = ""
 
 
 async def current_attempt(
@@ -536,4 +537,5 @@ async def launch_record(ctx: Context, caller: records.Principal) -> LaunchRecord
         checkpoint_remote=config.checkpoint_remote,
         store_addr=ctx.store_addr,
         task_text=held.task_text,
+        continuation_prompt=config.continuation_prompt,
     )

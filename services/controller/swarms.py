@@ -150,6 +150,7 @@ def parse(document: str | Mapping[str, Any]) -> SwarmDocument:
         projects=projects,
         restore_automation=bool(raw.get("restore_automation", DEFAULT_AUTOMATION)),
         checkpoint_remote=bool(raw.get("checkpoint_remote", False)),
+        continuation_prompt=raw.get("continuation_prompt", ""),
     )
     return SwarmDocument(config, masters, accounts, seats)
 

@@ -17,7 +17,11 @@ the directive (the form `directives.Directive.to_json` writes):
                       "worker_image": "registry.local/agent-worker:1.4.2",
                       "harness": "claude_code"},
      "restores_from_generation": 3, "restore_grant": "…", "capture_grant": "…",
-     "command": ["claude", "--model", "opus"], "checkpoint_remote": false, "store_addr": ""}
+     "command": ["claude", "--model", "opus"], "checkpoint_remote": false, "store_addr": "",
+     "continuation_prompt": ""}
+
+`continuation_prompt` is optional: empty or absent, a natively resumed harness continues with
+the restorer's default prompt.
 
 Grants never appear in a repr, a log or an error message.
 """
@@ -101,6 +105,8 @@ class LaunchRecord:
     command: tuple[str, ...]
     checkpoint_remote: bool
     store_addr: str | None
+    continuation_prompt: str = ""
+    """The prompt a natively resumed harness continues with; empty: the restorer's default."""
 
     def project(self, name: str) -> Project | None:
         """The registered project called `name`, or None."""
@@ -163,6 +169,7 @@ def parse(raw: object) -> LaunchRecord:
         command=tuple(command),
         checkpoint_remote=checkpoint_remote,
         store_addr=_text(raw, "store_addr", required=False) or None,
+        continuation_prompt=_text(raw, "continuation_prompt", required=False),
     )
 
 
@@ -208,6 +215,7 @@ def to_json(record: LaunchRecord) -> dict[str, Any]:
         "command": list(record.command),
         "checkpoint_remote": record.checkpoint_remote,
         "store_addr": record.store_addr or "",
+        "continuation_prompt": record.continuation_prompt,
     }
 
 
@@ -247,6 +255,7 @@ def from_pb(message: Any) -> LaunchRecord:
             "command": list(message.command),
             "checkpoint_remote": message.checkpoint_remote,
             "store_addr": message.store_addr,
+            "continuation_prompt": message.continuation_prompt,
         }
     )
 

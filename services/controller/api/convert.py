@@ -169,4 +169,5 @@ def launch_record(r: replacing.LaunchRecord) -> pb.LaunchRecord:
         command=list(r.command),
         checkpoint_remote=r.checkpoint_remote,
         store_addr=r.store_addr or "",
+        continuation_prompt=r.continuation_prompt,
     )

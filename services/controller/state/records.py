@@ -602,6 +602,8 @@ class SwarmConfig:
     projects: tuple[Project, ...]
     restore_automation: bool
     checkpoint_remote: bool
+    continuation_prompt: str = ""
+    """The prompt a natively resumed worker continues with; empty: the restorer's default."""
 
     def to_hash(self) -> dict[str, str]:
         return {
@@ -612,6 +614,7 @@ class SwarmConfig:
             "projects": json.dumps([p.to_json() for p in self.projects]),
             "restore_automation": "1" if self.restore_automation else "0",
             "checkpoint_remote": "1" if self.checkpoint_remote else "0",
+            "continuation_prompt": self.continuation_prompt,
         }
 
     @classmethod
@@ -624,6 +627,8 @@ class SwarmConfig:
             projects=tuple(Project(p["name"], p["repository"]) for p in json.loads(h["projects"])),
             restore_automation=_b(h, "restore_automation"),
             checkpoint_remote=_b(h, "checkpoint_remote"),
+            # Absent from configs written before the field existed.
+            continuation_prompt=h.get("continuation_prompt", ""),
         )
 
 

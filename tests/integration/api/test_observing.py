@@ -172,6 +172,8 @@ async def test_launch_record_returns_the_directive_and_grants_to_the_attempts_ow
         ("app", "https://git.example/app.git")
     ]
     assert list(first.command) == ["claude", "--print"]
+    # The document sets no continuation prompt: the restorer's default applies.
+    assert first.continuation_prompt == ""
     # Each attempt's credential gets its own record, never another's.
     other = await controller.stub.GetLaunchRecord(
         pb.GetLaunchRecordRequest(), metadata=cs.md(cs.worker_credential(controller, E1))
@@ -231,6 +233,26 @@ async def test_launch_record_returns_the_directive_and_grants_to_the_attempts_ow
         )
     )
     assert master.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
+
+
+async def test_launch_record_carries_the_swarms_continuation_prompt(
+    controller: cs.Controller,
+) -> None:
+    """The swarm document's continuation prompt reaches every attempt's launch record; an empty
+    or too long one is refused as malformed_document."""
+    prompt = "The conversation was restored after a failure.\nContinue your task."
+    doc = json.loads(cs.document())
+    for bad in ("", "x" * 8193):
+        error = await cs.refusal(controller.apply(json.dumps({**doc, "continuation_prompt": bad})))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert cs.reason_of(error) == "malformed_document"
+        assert "continuation_prompt" in (error.details() or "")
+    await launched(controller, json.dumps({**doc, "continuation_prompt": prompt}))
+    for execution in (E1, E2):
+        record = await controller.stub.GetLaunchRecord(
+            pb.GetLaunchRecordRequest(), metadata=cs.md(cs.worker_credential(controller, execution))
+        )
+        assert record.continuation_prompt == prompt
 
 
 async def _put(data: bytes) -> AsyncIterator[store_pb.PutObjectChunk]:

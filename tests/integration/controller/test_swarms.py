@@ -102,3 +102,43 @@ async def test_launch_failure_leaves_the_attempt_for_the_next_pass(
     runtime.fail_launch = False
     report = await rec.reconcile()
     assert sorted(report.launched) == [first("eng-1"), first("eng-2")]
+
+
+async def test_the_continuation_prompt_reaches_each_launch_record(
+    redis_client: aioredis.Redis,
+) -> None:
+    """The swarm's continuation prompt is stored with its config and carried by every attempt's
+    launch record; a re-apply without it unsets it (the restorer's default applies)."""
+    prompt = "The conversation was restored after a failure. Continue your task."
+    doc = h.document()
+    doc["continuation_prompt"] = prompt
+    runtime, source = h.FakeRuntime(), h.FakeCheckpoints()
+    rec = h.new_recovery(redis_client, runtime, source)
+    assert await rec.lease.acquire()
+    await rec.apply_swarm(doc)
+    hx = h.Harness(redis_client, runtime, source, rec)
+    config = await reading.config(redis_client, SWARM)
+    assert config is not None and config.continuation_prompt == prompt
+    for execution in (first("eng-1"), first("eng-2")):
+        record = await rec.launch_record(await hx.worker(execution))
+        assert record.continuation_prompt == prompt
+    await rec.apply_swarm(h.document())
+    config = await reading.config(redis_client, SWARM)
+    assert config is not None and config.continuation_prompt == ""
+    record = await rec.launch_record(await hx.worker(first("eng-1")))
+    assert record.continuation_prompt == ""
+
+
+@pytest.mark.parametrize("prompt", ["", "x" * 8193])
+async def test_an_empty_or_too_long_continuation_prompt_is_refused(
+    hx: h.Harness, prompt: str
+) -> None:
+    """The prompt, when set, has 1 to 8192 characters; nothing is written otherwise."""
+    doc = h.document(text="changed")
+    doc["continuation_prompt"] = prompt
+    with pytest.raises(errors.Malformed) as caught:
+        await hx.recovery.apply_swarm(doc)
+    assert caught.value.reason == "malformed_document"
+    assert "continuation_prompt" in caught.value.message
+    task = await reading.task(hx.client, SWARM, "t-eng-1")
+    assert task is not None and task.text != "changed (eng-1)"

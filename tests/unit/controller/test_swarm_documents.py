@@ -3,6 +3,7 @@ credentials hashed while parsing."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -11,6 +12,7 @@ import yaml
 
 from services.common import errors, tokens
 from services.controller import swarms
+from services.controller.state import records
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SECRET = "a-master-secret-that-is-long"
@@ -70,6 +72,9 @@ def test_yaml_and_json_parse_alike_and_only_hashes_remain() -> None:
         ),
         ({"unknown": 1}, "top level"),
         ({"accounts": [{"name": "acct", "slots": 0}]}, "accounts/0/slots"),
+        ({"continuation_prompt": ""}, "continuation_prompt"),
+        ({"continuation_prompt": "x" * 8193}, "continuation_prompt"),
+        ({"continuation_prompt": 3}, "continuation_prompt"),
     ],
 )
 def test_schema_refusals_name_where_never_the_value(changes: dict[str, object], where: str) -> None:
@@ -77,8 +82,27 @@ def test_schema_refusals_name_where_never_the_value(changes: dict[str, object], 
     a credential)."""
     with pytest.raises(errors.Malformed) as caught:
         swarms.parse(doc(**changes))
+    assert caught.value.reason == "malformed_document"
     assert where in caught.value.message
     assert "short" not in caught.value.message
+
+
+def test_the_continuation_prompt_is_optional_and_kept_in_the_config() -> None:
+    """The swarm's continuation prompt (at most 8192 characters) reaches its config and the
+    config's hash; unset it is empty, and a hash written before the field existed reads as
+    unset."""
+    prompt = "The conversation was restored after a failure.\nContinue your task."
+    config = swarms.parse(yaml.safe_dump(doc(continuation_prompt=prompt))).config
+    assert config.continuation_prompt == prompt
+    assert records.SwarmConfig.from_hash(config.to_hash()) == config
+    assert swarms.parse(doc(continuation_prompt="x" * 8192)).config.continuation_prompt
+    unset = swarms.parse(doc()).config
+    assert unset.continuation_prompt == ""
+    assert records.SwarmConfig.from_hash(unset.to_hash()) == unset
+    older = {k: v for k, v in config.to_hash().items() if k != "continuation_prompt"}
+    assert records.SwarmConfig.from_hash(older) == dataclasses.replace(
+        config, continuation_prompt=""
+    )
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,8 @@ def test_a_record_without_a_directive_is_malformed() -> None:
         ({"checkpoint_remote": "yes"}, "checkpoint_remote"),
         ({"restores_from_generation": -1}, "restores_from_generation"),
         ({"registration": {"projects": "app", "harness": "claude_code"}}, "projects"),
+        ({"continuation_prompt": ["go on"]}, "continuation_prompt is not text"),
+        ({"continuation_prompt": 7}, "continuation_prompt is not text"),
     ],
 )
 def test_other_broken_fields_name_the_field_not_the_value(
@@ -132,6 +134,21 @@ def test_other_broken_fields_name_the_field_not_the_value(
         launching.parse(_raw(**change))
     assert raised.value.reason.startswith("malformed launch record: ")
     assert field in raised.value.reason
+
+
+def test_the_continuation_prompt_is_optional_and_round_trips() -> None:
+    """The swarm's continuation prompt rides along; absent, empty or null it is unset (the
+    restorer's default applies), and to_json writes what parse reads."""
+    prompt = "The conversation was restored; carry on with the task."
+    record = launching.parse(_raw(continuation_prompt=prompt))
+    assert record.continuation_prompt == prompt
+    assert launching.to_json(record)["continuation_prompt"] == prompt
+    assert launching.parse(launching.to_json(record)) == record
+    assert record != launching.parse(_raw())
+    for unset in ({}, {"continuation_prompt": ""}, {"continuation_prompt": None}):
+        assert launching.parse(_raw(**unset)).continuation_prompt == ""
+    bare = launching.parse(_raw())
+    assert launching.parse(launching.to_json(bare)) == bare
 
 
 def test_the_mounted_file_is_read(tmp_path: pathlib.Path) -> None:
@@ -175,6 +192,8 @@ def test_the_message_form_parses_like_the_json_form() -> None:
         command=["claude", "--model", "opus"],
     )
     assert launching.from_pb(message) == launching.parse(_raw())
+    message.continuation_prompt = "carry on"
+    assert launching.from_pb(message) == launching.parse(_raw(continuation_prompt="carry on"))
     message.directive.recovery = types_pb2.CONTINUITY_UNSPECIFIED
     with pytest.raises(launching.MalformedDirective, match="unknown recovery kind"):
         launching.from_pb(message)

@@ -193,7 +193,7 @@ class GetLaunchRecordRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class LaunchRecord(_message.Message):
-    __slots__ = ("scope", "directive", "registration", "restores_from_generation", "restore_grant", "capture_grant", "command", "checkpoint_remote", "store_addr")
+    __slots__ = ("scope", "directive", "registration", "restores_from_generation", "restore_grant", "capture_grant", "command", "checkpoint_remote", "store_addr", "continuation_prompt")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     DIRECTIVE_FIELD_NUMBER: _ClassVar[int]
     REGISTRATION_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +203,7 @@ class LaunchRecord(_message.Message):
     COMMAND_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_REMOTE_FIELD_NUMBER: _ClassVar[int]
     STORE_ADDR_FIELD_NUMBER: _ClassVar[int]
+    CONTINUATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
     scope: _types_pb2.AttemptScope
     directive: _types_pb2.RestoreDirective
     registration: _types_pb2.Registration
@@ -212,7 +213,8 @@ class LaunchRecord(_message.Message):
     command: _containers.RepeatedScalarFieldContainer[str]
     checkpoint_remote: bool
     store_addr: str
-    def __init__(self, scope: _Optional[_Union[_types_pb2.AttemptScope, _Mapping]] = ..., directive: _Optional[_Union[_types_pb2.RestoreDirective, _Mapping]] = ..., registration: _Optional[_Union[_types_pb2.Registration, _Mapping]] = ..., restores_from_generation: _Optional[int] = ..., restore_grant: _Optional[str] = ..., capture_grant: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., checkpoint_remote: _Optional[bool] = ..., store_addr: _Optional[str] = ...) -> None: ...
+    continuation_prompt: str
+    def __init__(self, scope: _Optional[_Union[_types_pb2.AttemptScope, _Mapping]] = ..., directive: _Optional[_Union[_types_pb2.RestoreDirective, _Mapping]] = ..., registration: _Optional[_Union[_types_pb2.Registration, _Mapping]] = ..., restores_from_generation: _Optional[int] = ..., restore_grant: _Optional[str] = ..., capture_grant: _Optional[str] = ..., command: _Optional[_Iterable[str]] = ..., checkpoint_remote: _Optional[bool] = ..., store_addr: _Optional[str] = ..., continuation_prompt: _Optional[str] = ...) -> None: ...
 
 class RestoreProgress(_message.Message):
     __slots__ = ("step", "status")
