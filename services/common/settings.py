@@ -215,6 +215,24 @@ class RestorerSettings:
     attempt_dir: pathlib.Path | None
     harness_home: pathlib.Path | None
     storage: StorageSettings
+    harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+HARNESS_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME")
+"""The agent CLIs' own variables that move where they keep their sessions and config; the
+restorer reads the worker's, so it captures and restores where the CLI itself looks."""
+
+
+def _harness_env(env: Mapping[str, str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in HARNESS_VARIABLES:
+        value = env.get(name, "")
+        if not value:
+            continue
+        if not pathlib.Path(value).is_absolute():
+            raise SettingsError(f"{name} must be an absolute path, not the relative {value!r}")
+        found[name] = value
+    return found
 
 
 def load_restorer(env: Mapping[str, str]) -> RestorerSettings:
@@ -228,4 +246,5 @@ def load_restorer(env: Mapping[str, str]) -> RestorerSettings:
         attempt_dir=_absolute_path(env, "ATTEMPT_DIR"),
         harness_home=_absolute_path(env, "HARNESS_HOME"),
         storage=load_storage(env),
+        harness_env=_harness_env(env),
     )

@@ -29,7 +29,7 @@ from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc
 
 from services.common import logs, settings
 from services.common.checkpoints import records, storing, validation
-from services.restorer import fetching, harness, launching, restoring, retrying, source, transcripts
+from services.restorer import fetching, launching, restoring, retrying, source, transcripts
 from services.restorer.harness import base as harness_base
 
 log = logging.getLogger("services.restorer")
@@ -141,7 +141,7 @@ class Capturer:
 
     async def _capture(self, store: storing.ArtifactStore) -> Captured:
         launch = self._launch
-        adapter = harness.for_name(launch.harness)
+        adapter = self._attempt.harness(launch.harness)
         held, native, transcript_records = await self._native(adapter)
         archive = transcripts.archive(transcript_records)
         watermark = len(transcript_records)

@@ -117,7 +117,7 @@ async def _capture_once(conf: settings.RestorerSettings, worktree: pathlib.Path)
     except errors.Refusal as error:
         print(json.dumps({"state": "failed", "reason": error.reason}))
         return 2
-    places = sidecar.Places(conf.attempt_dir, conf.harness_home)
+    places = sidecar.Places(conf.attempt_dir, conf.harness_home, conf.harness_env)
     capturer = capturing.Capturer(
         launch,
         places.attempt(worktree),

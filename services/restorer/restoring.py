@@ -129,11 +129,24 @@ Event = Step | Ready | Refused
 
 @dataclasses.dataclass(frozen=True)
 class Attempt:
-    """Where this attempt's restore writes."""
+    """Where this attempt's restore writes.
+
+    `harness_env` holds the worker's variables that move the harness's files
+    (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`; see `harness.ENVIRONMENT`), empty when it sets none.
+    """
 
     worktree: pathlib.Path
     attempt_dir: pathlib.Path
     harness_home: pathlib.Path
+    harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def harness(self, name: str) -> harness_base.Harness:
+        """The adapter of harness `name` for this attempt's environment.
+
+        Raises:
+            ValueError: no harness has that name.
+        """
+        return harness.for_name(name, self.harness_env)
 
 
 class _Stop(Exception):
@@ -224,9 +237,10 @@ class _Run:
         )
 
     def _bootstrap(self) -> None:
-        """Mark the harness's first-run onboarding completed, so the first turn is reached."""
+        """Prepare the harness home for an unattended turn in the worktree: first-run
+        onboarding completed, the worktree trusted, no folder picker on resume."""
         try:
-            self._harness().prepare_home(self.attempt.harness_home)
+            self._harness().prepare_home(self.attempt.harness_home, self.attempt.worktree)
         except (harness_base.HarnessError, OSError) as error:
             raise _Stop(
                 str(error)
@@ -236,7 +250,7 @@ class _Run:
 
     def _harness(self) -> harness_base.Harness:
         try:
-            return harness.for_name(self.launch.harness)
+            return self.attempt.harness(self.launch.harness)
         except ValueError:
             raise _Stop(f"{launching.MALFORMED_RECORD}: unknown harness") from None
 
@@ -312,7 +326,11 @@ class _Run:
             raise _Stop(Refusal.VERSION_CHANGED)
         session_id = native["native_session_id"]
         try:
-            command = adapter.resume_command(self.launch.command, session_id)
+            command = adapter.resume_command(
+                self.launch.command,
+                session_id,
+                self.launch.continuation_prompt or harness_base.DEFAULT_CONTINUATION_PROMPT,
+            )
         except harness_base.HarnessError as error:
             raise _Stop(str(error)) from None
         files = [
@@ -348,7 +366,7 @@ class _Run:
         """
         if self.directive.recovery is Continuity.NATIVE and self.launch.command:
             try:
-                adapter = harness.for_name(self.launch.harness)
+                adapter = self.attempt.harness(self.launch.harness)
             except ValueError:
                 pass  # refused as an unknown harness in the native step
             else:

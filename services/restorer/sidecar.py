@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import os
 import pathlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
@@ -47,6 +47,7 @@ class Places:
 
     attempt_dir: pathlib.Path | None = None
     harness_home: pathlib.Path | None = None
+    harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def attempt(self, worktree: pathlib.Path) -> restoring.Attempt:
         """The attempt's folders for `worktree`."""
@@ -54,6 +55,7 @@ class Places:
             worktree=worktree,
             attempt_dir=self.attempt_dir or worktree.parent,
             harness_home=self.harness_home or pathlib.Path.home(),
+            harness_env=self.harness_env,
         )
 
 
@@ -129,7 +131,7 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
         report_retry: retrying.Retry = reporting.REPORT_RETRY,
     ) -> None:
         self._conf = conf
-        self._places = places or Places(conf.attempt_dir, conf.harness_home)
+        self._places = places or Places(conf.attempt_dir, conf.harness_home, conf.harness_env)
         self._load = load or (lambda: load_launch_record(conf))
         self._on_ready = on_ready
         self._report_retry = report_retry

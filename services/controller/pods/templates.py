@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from services.common import settings
 from services.controller.pods import classifying, runtime
 
 RESTORER_PORT = 50053
@@ -187,7 +188,18 @@ def inject_restorer(
         "image": image,
         "restartPolicy": "Always",
         "command": ["agentihooks-restorer", "serve", "--listen", f"127.0.0.1:{RESTORER_PORT}"],
-        "env": _env([], env, secret_name),
+        # The harness's own variables that move its sessions and config (CLAUDE_CONFIG_DIR,
+        # CODEX_HOME) as the worker has them, so the sidecar captures and restores where the
+        # harness looks.
+        "env": _env(
+            [
+                _copy(e)
+                for e in worker.get("env") or ()
+                if e.get("name") in settings.HARNESS_VARIABLES
+            ],
+            env,
+            secret_name,
+        ),
         "resources": {
             "requests": {"cpu": "50m", "memory": "64Mi"},
             "limits": {"memory": "512Mi"},

@@ -20,7 +20,7 @@ import os
 import pathlib
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from services.restorer import paths
@@ -100,8 +100,15 @@ class Harness(Protocol):
         """The conversation records of a captured session, split on `\\n` only."""
         ...
 
-    def resume_command(self, original_command: Sequence[str], session_id: str) -> list[str]:
-        """The native resume command derived from the original harness command."""
+    def resume_command(
+        self, original_command: Sequence[str], session_id: str, prompt: str
+    ) -> list[str]:
+        """The native resume command derived from the original harness command.
+
+        `prompt` is the continuation prompt the resumed conversation continues with: the real
+        CLIs refuse to resume without a terminal unless they are given one, and an interactive
+        session given one continues on its own instead of waiting for a person.
+        """
         ...
 
     def opening_prompt_command(self, original_command: Sequence[str], prompt: str) -> list[str]:
@@ -117,9 +124,30 @@ class Harness(Protocol):
         """
         ...
 
-    def prepare_home(self, home: pathlib.Path) -> None:
-        """Make the harness home ready for an unattended first turn."""
+    def prepare_home(self, home: pathlib.Path, cwd: pathlib.Path) -> None:
+        """Make the harness home ready for an unattended turn in `cwd`: no first-run screen,
+        no workspace trust question, no working-directory picker."""
         ...
+
+
+# --- continuation and opening prompts ---
+
+DEFAULT_CONTINUATION_PROMPT = (
+    "This conversation was restored after the worker running it failed. Continue the task "
+    "from where the conversation ends."
+)
+"""What a natively resumed conversation continues with when the swarm sets no prompt."""
+
+
+def check_prompt(prompt: str) -> str:
+    """A continuation prompt that one process argument can carry.
+
+    Raises:
+        HarnessError: the prompt is empty or too long for one argument.
+    """
+    if not prompt or not fits_argument(prompt):
+        raise HarnessError("harness: the continuation prompt is empty or too long")
+    return prompt
 
 
 # --- opening prompts -----------------------------------------------------------------------
@@ -394,6 +422,59 @@ def parse_command(command: Sequence[str], table: FlagTable) -> ParsedCommand:
         if name not in table.dropped:
             tokens.append(Token(tuple(group), option=True))
     return ParsedCommand(executable, tuple(tokens))
+
+
+# --- where a harness keeps its files --------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigHome:
+    """Where a harness keeps its files: `root` (the folder paths are checked against) and
+    `prefix`, the path below it of what records call the harness's own folder.
+
+    Records always name session files as they lie under the default location (`.claude/…`,
+    `.codex/…`), so a checkpoint restores the same wherever either Pod keeps its config:
+    `physical` maps such a path to where this environment keeps it.
+    """
+
+    root: pathlib.Path
+    prefix: str
+    logical: str
+
+    def physical(self, logical_path: str) -> str:
+        """The path under `root` of a path records name under the default location."""
+        below = logical_path.removeprefix(self.logical).lstrip("/")
+        return "/".join(part for part in (self.prefix, below) if part)
+
+    def path(self, logical_path: str) -> pathlib.Path:
+        """A path under `root` that no symlink leads out of (see `home_path`)."""
+        return home_path(self.root, self.physical(logical_path))
+
+    def ensure_root(self, home: pathlib.Path) -> None:
+        """Create `root` (mode 0700, the home's owner) when the variable names a new folder."""
+        if self.root.is_dir():
+            return
+        self.root.mkdir(mode=SESSION_DIR_MODE, parents=True, exist_ok=True)
+        owner = home_owner(home) if home.is_dir() else None
+        if owner is not None:
+            os.chown(self.root, *owner)
+
+
+def config_home(
+    home: pathlib.Path, environ: Mapping[str, str], variable: str, default: str
+) -> ConfigHome:
+    """The harness's folder: `$VARIABLE` when set, else `home/default`.
+
+    Raises:
+        HarnessError: the variable holds a relative path (the harness would resolve it against
+            whatever folder it runs in).
+    """
+    value = environ.get(variable, "")
+    if not value:
+        return ConfigHome(pathlib.Path(home), default, default)
+    if not os.path.isabs(value):
+        raise HarnessError(f"harness: {variable} is not an absolute path")
+    return ConfigHome(pathlib.Path(value), "", default)
 
 
 def load_json_object(data: bytes) -> dict[str, object] | None:

@@ -1,31 +1,38 @@
 """Claude Code: session layout in the harness home, version, resume and opening prompt.
 
-Assumptions (Claude Code 2.1, default config location; checked against public reports of its
-on-disk layout, not against its source):
+Checked against the real published CLI (2.1.112 and 2.1.332, run by the tests against a
+loopback mock of the model API; `make qualify` re-checks other versions):
 
 - A session is `~/.claude/projects/{key}/{session_id}.jsonl`, one JSON record per line; newer
   builds may keep a sibling folder `{key}/{session_id}/` (subagent transcripts, tool results),
   which is captured and restored with it. `agent-*.jsonl` files beside sessions are subagent
   sidechains of older builds, not sessions.
+- With `CLAUDE_CONFIG_DIR` set, the CLI keeps `projects/` and `.claude.json` in that folder
+  instead of `~/.claude/` and `~/.claude.json`. Records always name session files as under
+  `.claude/projects/`, so a checkpoint restores into whichever folder the replacement uses.
 - `{key}` is the working directory's physical absolute path (as `process.cwd()` reports it, so
   symlinks resolved) with every character outside `[A-Za-z0-9]` replaced by `-`, per UTF-16
   code unit (a character outside the BMP gives two). A key over 200 characters is cut to 200
-  and suffixed with `-` and a base-36 hash; we follow the Node build's 32-bit string hash, and
-  the native (Bun) build may hash differently, so worktree paths over 200 characters are not
-  supported. Claude Code may key on the git root rather than the cwd; the restorer passes the
-  worktree root, which is both.
+  and suffixed with `-` and a base-36 hash of the path (the Node build's 32-bit string hash).
 - `claude --resume <id>` looks for `<id>.jsonl` under the key of the directory it runs in, so
   a restore into a worktree at another path re-keys the folder. Record contents (which name the
   old cwd) are restored verbatim: their hashes are what the checkpoint verified.
-- `~/.claude.json` holds `hasCompletedOnboarding`; true skips the first-run screens.
-- `claude --version` prints `2.1.3 (Claude Code)`.
-- Prompt: one positional argument. Options that consume values are listed below so a value is
-  never taken for the prompt; `--` ends options (commander), so the prompt is passed after it.
+- A headless resume needs a prompt: `claude --resume ID -p` alone exits 1 ("Provide a prompt
+  to continue the conversation"). The resume command therefore ends with `-- PROMPT`, the
+  swarm's continuation prompt; an interactive resume given one continues on its own.
+- `.claude.json` holds `hasCompletedOnboarding` (true skips the first-run screens) and
+  `projects["<dir>"].hasTrustDialogAccepted` (true skips the workspace trust dialog an
+  interactive session shows for that folder; 2.1.332's default answer there is to exit).
+  An interactive session also asks once whether to use an `ANTHROPIC_API_KEY` it finds in its
+  environment; that approval is the operator's to provision (see the operator guide).
+- `claude --version` prints `2.1.112 (Claude Code)`.
+- Prompt: one positional argument. Options that consume values are listed below (from the real
+  `--help`) so a value is never taken for the prompt; `--` ends options (commander), so the
+  prompt is passed after it.
 - A prompt too long for one argument goes on standard input: in print mode (`-p`/`--print`)
   with no prompt argument and the default `--input-format text`, `claude` reads its prompt
-  from stdin when stdin is not a terminal (Claude Code's CLI documentation: piped content is
-  the prompt, or is appended to a prompt argument). An interactive session keeps its terminal
-  on stdin, so it has no such way.
+  from stdin when stdin is not a terminal. An interactive session keeps its terminal on stdin,
+  so it has no such way.
 """
 
 from __future__ import annotations
@@ -34,12 +41,13 @@ import json
 import os
 import pathlib
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from services.restorer import paths, transcripts
 from services.restorer.harness import base
 
 NAME = "claude_code"
+CONFIG_DIR_VARIABLE = "CLAUDE_CONFIG_DIR"
 QUALIFIED = "2.1"
 EXECUTABLE = "claude"
 CONFIG_FILE = ".claude.json"
@@ -47,46 +55,86 @@ _PROJECTS = (".claude", "projects")
 _MAX_KEY = 200
 
 FLAGS = base.FlagTable(
+    # Every value-taking option of the real `claude --help` of the qualified versions (2.1.112
+    # to 2.1.332; a test reads each pinned CLI's help and fails on one missing here), plus the
+    # hidden ones older builds documented. Commander gives `<value...>` options every following
+    # word up to the next option; `<value>` takes one word, even when repeatable (`--plugin-dir
+    # A --plugin-dir B`); `[value]` takes the next word unless it is an option.
     takes_value=frozenset(
         {
-            "--output-format",
+            "--agent",
+            "--agents",
+            "--append-system-prompt",
+            "--append-system-prompt-file",
+            "--autocompact",
+            "--debug-file",
+            "--effort",
+            "--environment",
+            "--fallback-model",
             "--input-format",
             "--json-schema",
             "--max-budget-usd",
             "--max-turns",
-            "--system-prompt",
-            "--system-prompt-file",
-            "--append-system-prompt",
-            "--append-system-prompt-file",
+            "--model",
+            "-n",
+            "--name",
+            "--output-format",
             "--permission-mode",
             "--permission-prompt-tool",
-            "--model",
-            "--agent",
-            "--agents",
-            "--fallback-model",
-            "--settings",
-            "--setting-sources",
+            "--permission-prompts",
+            "--plugin-dir",
+            "--plugin-url",
+            "--remote-control-session-name-prefix",
             "--session-id",
+            "--setting-sources",
+            "--settings",
+            "--system-prompt",
+            "--system-prompt-file",
+            "--system-prompt-snapshot",
         }
     ),
     variadic=frozenset(
         {
+            "--add-dir",
             "--allowedTools",
             "--allowed-tools",
+            "--betas",
             "--disallowedTools",
             "--disallowed-tools",
-            "--tools",
-            "--mcp-config",
-            "--betas",
-            "--add-dir",
-            "--plugin-dir",
             "--file",
+            "--mcp-config",
+            "--tools",
         }
     ),
-    optional_value=frozenset({"-d", "--debug", "-r", "--resume", "--from-pr"}),
-    # A resumed or re-prompted conversation must not also continue, fork or pin another one.
+    optional_value=frozenset(
+        {
+            "-d",
+            "--debug",
+            "-r",
+            "--resume",
+            "--from-pr",
+            "--cloud",
+            "--prompt-suggestions",
+            "--remote-control",
+            "--teleport",
+            "-w",
+            "--worktree",
+        }
+    ),
+    # A resumed or re-prompted conversation must not also continue, fork or pin another one,
+    # nor open a remote or cloud session in its place.
     dropped=frozenset(
-        {"-c", "--continue", "-r", "--resume", "--session-id", "--fork-session", "--from-pr"}
+        {
+            "-c",
+            "--continue",
+            "-r",
+            "--resume",
+            "--session-id",
+            "--fork-session",
+            "--from-pr",
+            "--teleport",
+            "--cloud",
+        }
     ),
 )
 
@@ -163,11 +211,23 @@ def _input_format(parsed: base.ParsedCommand) -> str | None:
 
 
 class ClaudeCode:
-    """The Claude Code harness."""
+    """The Claude Code harness.
+
+    Args:
+        environ: the worker's environment, for `CLAUDE_CONFIG_DIR` (the process's own when
+            None). With it set, Claude Code keeps `projects/` and `.claude.json` in that
+            folder instead of `~/.claude/` and `~/.claude.json`.
+    """
 
     name = NAME
     qualified = QUALIFIED
     executable = EXECUTABLE
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ: Mapping[str, str] = os.environ if environ is None else dict(environ)
+
+    def _config(self, home: pathlib.Path) -> base.ConfigHome:
+        return base.config_home(pathlib.Path(home), self._environ, CONFIG_DIR_VARIABLE, ".claude")
 
     def qualifies(self, version: str) -> bool:
         return base.version_qualifies(version, QUALIFIED)
@@ -180,26 +240,30 @@ class ClaudeCode:
     ) -> list[base.SessionFile]:
         """The session's `.jsonl` and, when present, its sibling folder's files.
 
+        Paths are named as under the default location (`.claude/projects/…`) wherever
+        `CLAUDE_CONFIG_DIR` keeps them.
+
         Raises:
             HarnessError: the session id is not plain, the session file is missing, or a
                 symlink on the way leads outside the harness home.
         """
         base.check_session_id(session_id)
-        home = pathlib.Path(home)
+        config = self._config(home)
         prefix = "/".join((*_PROJECTS, project_key(cwd)))
         try:
-            main = paths.read_file_no_follow(base.home_path(home, f"{prefix}/{session_id}.jsonl"))
-        except (FileNotFoundError, paths.UnsafePath):
+            main = paths.read_file_no_follow(config.path(f"{prefix}/{session_id}.jsonl"))
+        except (FileNotFoundError, NotADirectoryError, paths.UnsafePath):
             raise base.HarnessError("harness: session not found") from None
         files = [base.SessionFile(f"{prefix}/{session_id}.jsonl", main)]
-        for relative, data in base.read_tree(base.home_path(home, f"{prefix}/{session_id}")):
+        for relative, data in base.read_tree(config.path(f"{prefix}/{session_id}")):
             files.append(base.SessionFile(f"{prefix}/{session_id}/{relative}", data))
         return files
 
     def restore_session(
         self, home: pathlib.Path, cwd: pathlib.Path, files: Sequence[base.SessionFile]
     ) -> None:
-        """Write the session under the project key of `cwd` (re-keyed when the path moved).
+        """Write the session under the project key of `cwd` (re-keyed when the path moved),
+        in the folder Claude Code reads here (`CLAUDE_CONFIG_DIR` or `~/.claude`).
 
         Every path is checked before anything is written.
 
@@ -208,17 +272,19 @@ class ClaudeCode:
             paths.UnsafePath: a path is unsafe or a symlink on the way leads out of the home.
         """
         _, placed = _layout(files)
+        config = self._config(home)
         prefix = "/".join((*_PROJECTS, project_key(cwd)))
-        targets = [(f"{prefix}/{below}", item.data) for item, below in placed]
+        targets = [(config.physical(f"{prefix}/{below}"), item.data) for item, below in placed]
         for relative, _ in targets:
-            paths.safe_join(home, relative)
+            paths.safe_join(config.root, relative)
+        config.ensure_root(pathlib.Path(home))
         for relative, data in targets:
-            base.write_home_file(pathlib.Path(home), relative, data)
+            base.write_home_file(config.root, relative, data)
 
     def native_session_id(self, home: pathlib.Path, cwd: pathlib.Path) -> str | None:
         """The session of `cwd` whose file was written last, or None."""
         try:
-            folder = base.home_path(pathlib.Path(home), "/".join((*_PROJECTS, project_key(cwd))))
+            folder = self._config(home).path("/".join((*_PROJECTS, project_key(cwd))))
             entries = list(os.scandir(folder))
         except (base.HarnessError, FileNotFoundError, NotADirectoryError):
             return None
@@ -248,10 +314,24 @@ class ClaudeCode:
                 return transcripts.split_records(item.data)
         raise base.HarnessError("harness: session files hold no session")
 
-    def resume_command(self, original_command: Sequence[str], session_id: str) -> list[str]:
-        """`claude --resume ID` with the original's options (its prompt, if any, dropped)."""
+    def resume_command(
+        self, original_command: Sequence[str], session_id: str, prompt: str
+    ) -> list[str]:
+        """`claude --resume ID [options] -- PROMPT`: the original's options, its own prompt
+        replaced by the continuation prompt.
+
+        Without a prompt `claude --resume ID -p` exits 1 ("Provide a prompt to continue the
+        conversation"), and an interactive session would wait for a person.
+        """
         parsed = base.parse_command(original_command, FLAGS)
-        return [parsed.executable, "--resume", base.check_session_id(session_id), *parsed.options()]
+        return [
+            parsed.executable,
+            "--resume",
+            base.check_session_id(session_id),
+            *parsed.options(),
+            "--",
+            base.check_prompt(prompt),
+        ]
 
     def opening_prompt_command(self, original_command: Sequence[str], prompt: str) -> list[str]:
         """The original command with its own prompt replaced by `prompt`, the last argument.
@@ -277,16 +357,23 @@ class ClaudeCode:
             raise base.HarnessError("harness: this claude reads stream-json from stdin")
         return [parsed.executable, *options]
 
-    def prepare_home(self, home: pathlib.Path) -> None:
-        """Mark first-run onboarding completed in `~/.claude.json`, keeping every other key.
+    def prepare_home(self, home: pathlib.Path, cwd: pathlib.Path) -> None:
+        """Mark first-run onboarding completed and the workspace `cwd` trusted, in
+        `.claude.json` (`~/.claude.json`, or in `CLAUDE_CONFIG_DIR`), keeping every other key.
+
+        Without the trust mark an interactive Claude Code stops at its workspace trust dialog,
+        whose default on newer builds is to exit. Only `cwd` itself is trusted.
 
         Raises:
-            HarnessError: the file is a symlink, not a regular file, or not a JSON object (a
-                user's configuration is never overwritten blind).
+            HarnessError: the file is a symlink, not a regular file, or not a JSON object, or
+                its `projects` is not an object (a user's configuration is never overwritten
+                blind).
         """
         home = pathlib.Path(home)
-        target = home / CONFIG_FILE
-        config: dict[str, object] = {}
+        config = self._config(home)
+        folder = config.root if not config.prefix else home
+        target = folder / CONFIG_FILE
+        loaded: dict[str, object] = {}
         mode = base.SESSION_FILE_MODE
         owner = base.home_owner(home)
         try:
@@ -296,15 +383,27 @@ class ClaudeCode:
         except paths.UnsafePath:
             raise base.HarnessError("harness: .claude.json is not a regular file") from None
         if data is not None:
-            loaded = base.load_json_object(data)
-            if loaded is None:
+            parsed = base.load_json_object(data)
+            if parsed is None:
                 raise base.HarnessError("harness: .claude.json is not a JSON object")
-            if loaded.get("hasCompletedOnboarding") is True:
-                return
-            config = loaded
+            loaded = parsed
             info = target.lstat()
             mode = stat.S_IMODE(info.st_mode)
             owner = (info.st_uid, info.st_gid) if os.geteuid() == 0 else None
-        config["hasCompletedOnboarding"] = True
-        text = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
-        paths.write_file_no_follow(home, CONFIG_FILE, text.encode("utf-8"), mode, owner=owner)
+        projects = loaded.get("projects", {})
+        if not isinstance(projects, dict):
+            raise base.HarnessError("harness: .claude.json has projects that are not an object")
+        workspace = os.path.realpath(cwd)
+        entry = projects.get(workspace, {})
+        entry = dict(entry) if isinstance(entry, dict) else {}
+        if loaded.get("hasCompletedOnboarding") is True and entry.get("hasTrustDialogAccepted"):
+            return
+        entry["hasTrustDialogAccepted"] = True
+        config_data = {
+            **loaded,
+            "hasCompletedOnboarding": True,
+            "projects": {**projects, workspace: entry},
+        }
+        text = json.dumps(config_data, indent=2, ensure_ascii=False) + "\n"
+        config.ensure_root(home)
+        paths.write_file_no_follow(folder, CONFIG_FILE, text.encode("utf-8"), mode, owner=owner)

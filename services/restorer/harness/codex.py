@@ -1,31 +1,41 @@
 """Codex: rollout files, the session index, version, resume and opening prompt.
 
-Assumptions (Codex CLI 0.162, default `CODEX_HOME` of `~/.codex`; checked against public
-descriptions of its on-disk layout, not against its source):
+Checked against the real published CLI (0.162.0 and 0.162.1, run by the tests against a
+loopback mock of the Responses API; `make qualify` re-checks other versions):
 
 - A session is one rollout file `~/.codex/sessions/YYYY/MM/DD/rollout-<timestamp>-<id>.jsonl`
   (timestamp `YYYY-MM-DDThh-mm-ss`), one JSON record per line; the first record is
   `{"type": "session_meta", "payload": {"id": …, "cwd": …, …}}`. The dated folder is the
   session's start date, not anything about the cwd, so a rollout is restored at the same
   relative path. `codex resume <id>` finds the rollout by the id in its file name.
-- `~/.codex/session_index.jsonl` is an append-only index, one JSON object per line (`id`,
-  `thread_name`, `updated_at`; the newest line for an id wins). A capture carries the
-  session's own index lines (as the file `.codex/session_index.jsonl`) so its thread name
-  survives. A restore rewrites the index: every other session's line is kept as it was, and
-  the restored session gets exactly one line, last, with its earlier keys plus `path` (the
-  restored rollout, relative to `.codex`), `cwd` (the replacement's) and a new `updated_at`,
-  so the index and the rollout files agree. Rollout bytes are restored verbatim (their hashes
-  are what the checkpoint verified); the cwd recorded inside stays the captured one.
-- Codex versions that keep thread metadata in a SQLite state database rebuild it from rollout
-  files; it is not captured.
+- Codex 0.162 compresses idle rollouts in the background to `rollout-…-<id>.jsonl.zst` and
+  reads them back on resume; such a file is captured and restored as it is, and its records
+  are read decompressed (bounded, so a decompression bomb is refused).
+- With `CODEX_HOME` set, everything lives there instead of `~/.codex`; records always name
+  files as under `.codex/`, so a checkpoint restores into whichever folder the replacement
+  uses.
+- `~/.codex/session_index.jsonl` is an append-only index some versions keep, one JSON object
+  per line (`id`, `thread_name`, `updated_at`; the newest line for an id wins). A capture
+  carries the session's own index lines so its thread name survives. A restore rewrites the
+  index: every other session's line is kept as it was, and the restored session gets exactly
+  one line, last, with its earlier keys plus `path` (the restored rollout, relative to
+  `.codex`), `cwd` (the replacement's) and a new `updated_at`. Rollout bytes are restored
+  verbatim (their hashes are what the checkpoint verified). The SQLite state and thread
+  history databases are rebuilt by Codex from rollout files; they are not captured.
+- A resume needs a prompt: `codex exec resume ID` alone reads one from stdin and exits 1 ("No
+  prompt provided via stdin."). The resume command therefore ends with `-- PROMPT`, the
+  swarm's continuation prompt; an interactive `codex resume ID -- PROMPT` continues on its
+  own.
+- An interactive resume asks which working directory to use when the session's recorded one
+  differs, unless `[tui] resume_cwd = "current"` is in config.toml, and asks to trust a git
+  repository unless `[projects."<path>"] trust_level = "trusted"`; `prepare_home` sets both.
 - `codex --version` prints `codex-cli 0.162.0`.
 - The original command is the interactive `codex [OPTIONS] [PROMPT]` or
   `codex [OPTIONS] exec [OPTIONS] [PROMPT]`; resume is `codex resume <id> [OPTIONS]` and
   `codex exec [OPTIONS] resume <id>` respectively. Other subcommands are refused.
 - A prompt too long for one argument goes on standard input: `codex exec [OPTIONS] -` reads
-  its prompt from stdin (`codex exec --help`: "If not provided as an argument (or if `-` is
-  used), instructions are read from stdin"). The interactive `codex [PROMPT]` takes its
-  prompt only as an argument, so it has no such way.
+  its prompt from stdin. The interactive `codex [PROMPT]` takes its prompt only as an
+  argument, so it has no such way.
 """
 
 from __future__ import annotations
@@ -35,29 +45,47 @@ import json
 import os
 import pathlib
 import re
-from collections.abc import Sequence
+import stat
+import tomllib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import tomli_w
+import zstandard
 
 from services.restorer import paths, transcripts
 from services.restorer.harness import base
 
 NAME = "codex"
+HOME_VARIABLE = "CODEX_HOME"
+CONFIG_TOML = ".codex/config.toml"
 QUALIFIED = "0.162"
 EXECUTABLE = "codex"
 INDEX_FILE = ".codex/session_index.jsonl"
 _CODEX = ".codex"
 _SESSIONS = "sessions"
-_ROLLOUT = re.compile(r"rollout-(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2})-([A-Za-z0-9_-]+)\.jsonl")
+_ROLLOUT = re.compile(
+    r"rollout-(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2})-([A-Za-z0-9_-]+)\.jsonl(\.zst)?"
+)
+COMPRESSED = ".zst"
+MAX_ROLLOUT_BYTES = 1 << 30
+"""The most a compressed rollout may expand to when its records are read (a bomb stops here)."""
 _DATE_DIRS = (re.compile(r"\d{4}"), re.compile(r"\d{2}"), re.compile(r"\d{2}"))
 _EXEC = frozenset({"exec", "e"})
 _FIRST_LINE_LIMIT = 1 << 20
 
 FLAGS = base.FlagTable(
+    # Every value-taking option of the real `codex --help` and `codex exec --help` of the
+    # qualified versions (a test reads each pinned CLI's help and fails on one missing here).
+    # clap gives `<VALUE>...` options every following word up to the next option.
     takes_value=frozenset(
         {
             "-c",
             "--config",
             "--enable",
             "--disable",
+            "--remote",
+            "--remote-auth-token-env",
             "-m",
             "--model",
             "--local-provider",
@@ -70,6 +98,8 @@ FLAGS = base.FlagTable(
             "-C",
             "--cd",
             "--add-dir",
+            "--thread-source",
+            "--cyber-access-program",
             "--color",
             "-o",
             "--output-last-message",
@@ -94,14 +124,42 @@ def _rollout_segments(segments: tuple[str, ...]) -> str | None:
 
 
 def _first_record(path: pathlib.Path) -> dict[str, object] | None:
-    """The first JSON record of a rollout, read without following a symlink."""
+    """The first JSON record of a rollout (compressed or not), read without following a
+    symlink."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
-        line = handle.readline(_FIRST_LINE_LIMIT)
+        if path.name.endswith(COMPRESSED):
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(handle) as reader:
+                    head = reader.read(_FIRST_LINE_LIMIT)
+            except zstandard.ZstdError:
+                return None
+            line = head.split(b"\n", 1)[0]
+        else:
+            line = handle.readline(_FIRST_LINE_LIMIT)
     return base.load_json_object(line)
+
+
+def _expand(rollout: base.SessionFile) -> bytes:
+    """A rollout's records: its bytes, decompressed when Codex compressed the file.
+
+    Raises:
+        HarnessError: a compressed rollout that does not decompress, or expands past
+            `MAX_ROLLOUT_BYTES`.
+    """
+    if not rollout.path.endswith(COMPRESSED):
+        return rollout.data
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(rollout.data) as reader:
+            data = reader.read(MAX_ROLLOUT_BYTES + 1)
+    except zstandard.ZstdError:
+        raise base.HarnessError("harness: a compressed rollout does not decompress") from None
+    if len(data) > MAX_ROLLOUT_BYTES:
+        raise base.HarnessError("harness: a compressed rollout expands past the limit")
+    return data
 
 
 def _meta(record: dict[str, object] | None) -> dict[str, object]:
@@ -125,11 +183,23 @@ def _now() -> str:
 
 
 class Codex:
-    """The Codex harness."""
+    """The Codex harness.
+
+    Args:
+        environ: the worker's environment, for `CODEX_HOME` (the process's own when None).
+            With it set, Codex keeps its sessions, index and config.toml there instead of in
+            `~/.codex`.
+    """
 
     name = NAME
     qualified = QUALIFIED
     executable = EXECUTABLE
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ: Mapping[str, str] = os.environ if environ is None else dict(environ)
+
+    def _config(self, home: pathlib.Path) -> base.ConfigHome:
+        return base.config_home(pathlib.Path(home), self._environ, HOME_VARIABLE, _CODEX)
 
     def qualifies(self, version: str) -> bool:
         return base.version_qualifies(version, QUALIFIED)
@@ -138,14 +208,14 @@ class Codex:
         return await base.run_version(executable)
 
     def _rollouts(self, home: pathlib.Path) -> list[tuple[pathlib.Path, str, str, str]]:
-        """Every rollout file as (path, start timestamp, session id, path under the home)."""
+        """Every rollout file as (path, start timestamp, session id, path as records name it)."""
         found: list[tuple[pathlib.Path, str, str, str]] = []
-        home = pathlib.Path(home)
         try:
-            root = base.home_path(home, f"{_CODEX}/{_SESSIONS}")
+            config = self._config(home)
+            root = config.path(f"{_CODEX}/{_SESSIONS}")
         except base.HarnessError:
             return found
-        for path in root.glob("*/*/*/rollout-*.jsonl"):
+        for path in root.glob("*/*/*/rollout-*.jsonl*"):
             relative = (_CODEX, _SESSIONS, *path.relative_to(root).parts)
             session_id = _rollout_segments(relative)
             match = _ROLLOUT.fullmatch(path.name)
@@ -153,41 +223,46 @@ class Codex:
                 continue
             try:
                 # A dated folder that is a symlink leading out of the home is not ours.
-                base.home_path(home, "/".join(relative))
+                config.path("/".join(relative))
             except base.HarnessError:
                 continue
             found.append((path, match.group(1), session_id, "/".join(relative)))
         return found
 
+    def _read_index(self, home: pathlib.Path) -> bytes:
+        try:
+            return paths.read_file_no_follow(self._config(home).path(INDEX_FILE))
+        except (base.HarnessError, FileNotFoundError, NotADirectoryError, paths.UnsafePath):
+            return b""
+
     def capture_session(
         self, home: pathlib.Path, cwd: pathlib.Path, session_id: str
     ) -> list[base.SessionFile]:
-        """The session's newest rollout file and its own lines of the session index.
+        """The session's newest rollout file (as Codex left it: plain, or compressed to
+        `.jsonl.zst`) and its own lines of the session index.
 
         Raises:
             HarnessError: the session id is not plain or no rollout names it.
         """
         base.check_session_id(session_id)
-        home = pathlib.Path(home)
         matches = sorted(
-            (stamp, relative, path)
+            (stamp, not relative.endswith(COMPRESSED), relative, path)
             for path, stamp, sid, relative in self._rollouts(home)
             if sid == session_id
         )
         if not matches:
             raise base.HarnessError("harness: session not found")
-        _, relative, rollout = matches[-1]
+        # The newest rollout; of one rollout in both forms, the plain one Codex writes to.
+        _, _, relative, rollout = matches[-1]
         try:
             data = paths.read_file_no_follow(rollout)
         except (FileNotFoundError, paths.UnsafePath):
             raise base.HarnessError("harness: session not found") from None
         files = [base.SessionFile(relative, data)]
-        try:
-            index = paths.read_file_no_follow(base.home_path(home, INDEX_FILE))
-        except (base.HarnessError, FileNotFoundError, paths.UnsafePath):
-            index = b""
         own = [
-            line for line, entry in _index_lines(index) if entry and entry.get("id") == session_id
+            line
+            for line, entry in _index_lines(self._read_index(home))
+            if entry and entry.get("id") == session_id
         ]
         if own:
             files.append(base.SessionFile(INDEX_FILE, b"".join(line + b"\n" for line in own)))
@@ -215,7 +290,7 @@ class Codex:
         if rollout is None:
             raise base.HarnessError("harness: session files hold no session")
         session_id, item = rollout
-        first = item.data.split(b"\n", 1)[0]
+        first = _expand(item).split(b"\n", 1)[0]
         recorded = _meta(base.load_json_object(first)).get("id")
         if recorded is not None and recorded != session_id:
             raise base.HarnessError("harness: rollout file names another session")
@@ -226,7 +301,8 @@ class Codex:
     def restore_session(
         self, home: pathlib.Path, cwd: pathlib.Path, files: Sequence[base.SessionFile]
     ) -> None:
-        """Write the rollout at its captured path and make the index agree with it.
+        """Write the rollout at its captured path (under `CODEX_HOME` when set) and make the
+        index agree with it.
 
         Every path is checked before anything is written.
 
@@ -236,12 +312,15 @@ class Codex:
             paths.UnsafePath: a path is unsafe or a symlink on the way leads out of the home.
         """
         home = pathlib.Path(home)
+        config = self._config(home)
         session_id, rollout, captured_entry = self._layout(files)
-        paths.safe_join(home, rollout.path)
-        paths.safe_join(home, INDEX_FILE)
+        rollout_path = config.physical(rollout.path)
+        index_path = config.physical(INDEX_FILE)
+        paths.safe_join(config.root, rollout_path)
+        paths.safe_join(config.root, index_path)
         try:
-            existing = paths.read_file_no_follow(home / INDEX_FILE)
-        except FileNotFoundError:
+            existing = paths.read_file_no_follow(config.root / index_path)
+        except (FileNotFoundError, NotADirectoryError):
             existing = b""
         except paths.UnsafePath:
             raise base.HarnessError("harness: session index is not a regular file") from None
@@ -258,8 +337,11 @@ class Codex:
             "updated_at": _now(),
         }
         line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        base.write_home_file(home, rollout.path, rollout.data)
-        base.write_home_file(home, INDEX_FILE, b"".join(item + b"\n" for item in [*kept, line]))
+        config.ensure_root(home)
+        base.write_home_file(config.root, rollout_path, rollout.data)
+        base.write_home_file(
+            config.root, index_path, b"".join(item + b"\n" for item in [*kept, line])
+        )
 
     def native_session_id(self, home: pathlib.Path, cwd: pathlib.Path) -> str | None:
         """The newest session whose rollout records `cwd` (or whose index line names it)."""
@@ -274,13 +356,9 @@ class Codex:
                 newest = candidate
         if newest is not None:
             return newest[2]
-        try:
-            index = paths.read_file_no_follow(base.home_path(pathlib.Path(home), INDEX_FILE))
-        except (base.HarnessError, FileNotFoundError, paths.UnsafePath):
-            return None
         named = [
             entry["id"]
-            for _, entry in _index_lines(index)
+            for _, entry in _index_lines(self._read_index(pathlib.Path(home)))
             if entry
             and isinstance(entry.get("id"), str)
             and isinstance(entry.get("cwd"), str)
@@ -289,9 +367,9 @@ class Codex:
         return str(named[-1]) if named else None
 
     def transcript_records(self, files: Sequence[base.SessionFile]) -> list[str]:
-        """The records of the session's rollout file."""
+        """The records of the session's rollout file (decompressed when it is `.jsonl.zst`)."""
         _, rollout, _ = self._layout(files)
-        return transcripts.split_records(rollout.data)
+        return transcripts.split_records(_expand(rollout))
 
     def _split(self, original_command: Sequence[str]) -> tuple[str, list[str], bool, list[str]]:
         """(executable, options before any subcommand, whether it is exec, exec's options)."""
@@ -303,13 +381,29 @@ class Codex:
             raise base.HarnessError("harness: the original command runs another Codex subcommand")
         return parsed.executable, parsed.options(), False, []
 
-    def resume_command(self, original_command: Sequence[str], session_id: str) -> list[str]:
-        """`codex resume ID` (or `codex exec … resume ID`) with the original's options."""
+    def resume_command(
+        self, original_command: Sequence[str], session_id: str, prompt: str
+    ) -> list[str]:
+        """`codex resume ID [options] -- PROMPT`, or `codex … exec … resume ID -- PROMPT`.
+
+        Without a prompt `codex exec resume ID` reads one from stdin and exits 1 ("No prompt
+        provided via stdin."); the interactive form would wait for a person.
+        """
         executable, options, is_exec, exec_options = self._split(original_command)
         session_id = base.check_session_id(session_id)
+        prompt = base.check_prompt(prompt)
         if is_exec:
-            return [executable, *options, "exec", *exec_options, "resume", session_id]
-        return [executable, "resume", session_id, *options]
+            return [
+                executable,
+                *options,
+                "exec",
+                *exec_options,
+                "resume",
+                session_id,
+                "--",
+                prompt,
+            ]
+        return [executable, "resume", session_id, *options, "--", prompt]
 
     def opening_prompt_command(self, original_command: Sequence[str], prompt: str) -> list[str]:
         """The original command with its own prompt replaced by `prompt`, the last argument."""
@@ -329,8 +423,62 @@ class Codex:
             raise base.HarnessError("harness: an interactive codex reads no prompt from stdin")
         return [executable, *options, "exec", *exec_options, "-"]
 
-    def prepare_home(self, home: pathlib.Path) -> None:
-        """Nothing to prepare: Codex needs no first-run marker."""
+    def prepare_home(self, home: pathlib.Path, cwd: pathlib.Path) -> None:
+        """Trust the workspace `cwd` and resume in the current folder, in `config.toml`.
+
+        An interactive Codex asks whether to resume in the session's recorded folder (missing
+        in a new Pod) whenever the folder changed, unless `[tui] resume_cwd = "current"`; and
+        asks to trust a git repository unless `[projects."<path>"] trust_level = "trusted"`.
+        Every other setting is kept (the file is rewritten only when something is missing, and
+        then without its comments).
+
+        Raises:
+            HarnessError: config.toml is a symlink, not a regular file, or not valid TOML, or
+                one of those tables is not a table.
+        """
+        home = pathlib.Path(home)
+        config = self._config(home)
+        relative = config.physical(CONFIG_TOML)
+        target = config.root / relative
+        loaded: dict[str, Any] = {}
+        mode = base.SESSION_FILE_MODE
+        owner = base.home_owner(home)
+        try:
+            data = paths.read_file_no_follow(target)
+        except (FileNotFoundError, NotADirectoryError):
+            data = None
+        except paths.UnsafePath:
+            raise base.HarnessError("harness: config.toml is not a regular file") from None
+        if data is not None:
+            try:
+                loaded = tomllib.loads(data.decode("utf-8"))
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                raise base.HarnessError("harness: config.toml is not valid TOML") from None
+            info = target.lstat()
+            mode = stat.S_IMODE(info.st_mode)
+            owner = (info.st_uid, info.st_gid) if os.geteuid() == 0 else None
+        tui = loaded.setdefault("tui", {})
+        projects = loaded.setdefault("projects", {})
+        if not isinstance(tui, dict) or not isinstance(projects, dict):
+            raise base.HarnessError("harness: config.toml has tui or projects that are not tables")
+        workspace = os.path.realpath(cwd)
+        project = projects.setdefault(workspace, {})
+        if not isinstance(project, dict):
+            raise base.HarnessError("harness: config.toml has a project that is not a table")
+        if tui.get("resume_cwd") == "current" and project.get("trust_level") == "trusted":
+            return
+        tui["resume_cwd"] = "current"
+        project["trust_level"] = "trusted"
+        config.ensure_root(home)
+        text = tomli_w.dumps(loaded)
+        paths.write_file_no_follow(
+            config.root,
+            relative,
+            text.encode("utf-8"),
+            mode,
+            dir_mode=base.SESSION_DIR_MODE,
+            owner=owner,
+        )
 
 
 # Subcommands other than exec: a command running one of them has no conversation to resume.

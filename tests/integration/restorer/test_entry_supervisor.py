@@ -20,6 +20,7 @@ import pytest
 
 from services.common import directives, settings
 from services.restorer import transcripts
+from services.restorer.harness import base
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import ports
 
@@ -85,7 +86,14 @@ async def test_entry_execs_the_native_resume_command_in_the_worktree(
         await stop()
     assert code == 0, err
     (call,) = scene.fakes.calls()
-    assert call["argv"][1:] == ["--resume", kit.SESSION_ID, "--model", "opus"]
+    assert call["argv"][1:] == [
+        "--resume",
+        kit.SESSION_ID,
+        "--model",
+        "opus",
+        "--",
+        base.DEFAULT_CONTINUATION_PROMPT,
+    ]
     assert pathlib.Path(call["cwd"]) == scene.worktree
     steps = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     assert {"event": "restore_step", "step": "native", "status": "done"} in steps

@@ -62,17 +62,17 @@ async def test_the_commands_run_as_given(
     claude_original = [str(fake_harnesses.path("claude")), "--model", "opus", "task"]
     codex_original = [str(fake_harnesses.path("codex")), "exec", "--json", "task"]
     for command in (
-        claude.resume_command(claude_original, SID),
+        claude.resume_command(claude_original, SID, "go on"),
         claude.opening_prompt_command(claude_original, prompt),
-        codex.resume_command(codex_original, SID),
+        codex.resume_command(codex_original, SID, "go on"),
         codex.opening_prompt_command(codex_original, prompt),
     ):
         assert await _run(command, worktree) == 0
     calls = fake_harnesses.calls()
     assert [call["argv"][1:] for call in calls] == [
-        ["--resume", SID, "--model", "opus"],
+        ["--resume", SID, "--model", "opus", "--", "go on"],
         ["--model", "opus", "--", prompt],
-        ["exec", "--json", "resume", SID],
+        ["exec", "--json", "resume", SID, "--", "go on"],
         ["exec", "--json", "--", prompt],
     ]
     assert {call["cwd"] for call in calls} == {str(worktree.resolve())}

@@ -18,7 +18,7 @@ import pytest
 
 from services.common import directives, settings
 from services.restorer import transcripts
-from services.restorer.harness import claude_code, codex
+from services.restorer.harness import base, claude_code, codex
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import git_repos
 
@@ -65,7 +65,16 @@ async def test_claude_code_native_round_trip(
     run = await _restore(scene, kit.directive_for(captured, C.NATIVE))
 
     ready = run.ready
-    assert list(ready.command) == [scene.executable, "--resume", kit.SESSION_ID, "--model", "opus"]
+    # The swarm sets no continuation prompt: the default one follows the original's options.
+    assert list(ready.command) == [
+        scene.executable,
+        "--resume",
+        kit.SESSION_ID,
+        "--model",
+        "opus",
+        "--",
+        base.DEFAULT_CONTINUATION_PROMPT,
+    ]
     assert ready.cwd == str(scene.worktree)
     assert ready.checkpoint_id == captured.checkpoint_id and ready.watermark == 3
     assert run.steps == [

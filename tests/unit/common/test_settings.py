@@ -7,6 +7,7 @@ import pathlib
 import pytest
 
 from services.common import settings
+from services.restorer import harness
 
 KEY = "k" * 40
 
@@ -76,3 +77,19 @@ def test_remote_flag_parsing() -> None:
     assert settings.load_restorer({"AGENTIHOOKS_CHECKPOINT_REMOTE": "true"}).checkpoint_remote
     with pytest.raises(settings.SettingsError, match="CHECKPOINT_REMOTE"):
         settings.load_restorer({"AGENTIHOOKS_CHECKPOINT_REMOTE": "maybe"})
+
+
+def test_the_restorer_reads_the_harness_variables_of_the_worker() -> None:
+    """CLAUDE_CONFIG_DIR and CODEX_HOME, the CLIs' own variables, reach the restorer's
+    settings (and no other variable does); they are the ones the harness adapters follow."""
+    conf = settings.load_restorer(
+        {"CLAUDE_CONFIG_DIR": "/cfg/claude", "CODEX_HOME": "/cfg/codex", "OTHER": "/x"}
+    )
+    assert conf.harness_env == {"CLAUDE_CONFIG_DIR": "/cfg/claude", "CODEX_HOME": "/cfg/codex"}
+    assert settings.load_restorer({}).harness_env == {}
+    assert settings.HARNESS_VARIABLES == harness.ENVIRONMENT
+
+
+def test_a_relative_harness_variable_is_refused_naming_it() -> None:
+    with pytest.raises(settings.SettingsError, match="CODEX_HOME must be an absolute path"):
+        settings.load_restorer({"CODEX_HOME": "relative/codex"})

@@ -6,8 +6,10 @@ import json
 import os
 import pathlib
 import stat
+import tomllib
 
 import pytest
+import zstandard
 
 from services.restorer import paths, transcripts
 from services.restorer.harness import base, claude_code, codex
@@ -66,7 +68,7 @@ def test_claude_code_capture_holds_the_session_and_its_folder(tmp_path: pathlib.
     """Captured paths are relative to the harness home, under `.claude/projects/{key}/`."""
     home = tmp_path / "home"
     _claude_session(home, "/work/app")
-    files = claude_code.ClaudeCode().capture_session(home, pathlib.Path("/work/app"), SID)
+    files = claude_code.ClaudeCode({}).capture_session(home, pathlib.Path("/work/app"), SID)
     assert [f.path for f in files] == [
         f".claude/projects/-work-app/{SID}.jsonl",
         f".claude/projects/-work-app/{SID}/subagents/agent-a1.jsonl",
@@ -78,7 +80,7 @@ def test_claude_code_capture_holds_the_session_and_its_folder(tmp_path: pathlib.
 def test_claude_code_missing_session_is_refused(tmp_path: pathlib.Path) -> None:
     """Capturing a session that has no file fails without naming paths."""
     with pytest.raises(base.HarnessError):
-        claude_code.ClaudeCode().capture_session(tmp_path, pathlib.Path("/work/app"), SID)
+        claude_code.ClaudeCode({}).capture_session(tmp_path, pathlib.Path("/work/app"), SID)
 
 
 def test_claude_code_restore_rekeys_to_the_new_worktree(tmp_path: pathlib.Path) -> None:
@@ -87,7 +89,7 @@ def test_claude_code_restore_rekeys_to_the_new_worktree(tmp_path: pathlib.Path) 
     old_home, new_home = tmp_path / "old-home", tmp_path / "new-home"
     new_home.mkdir()
     _claude_session(old_home, "/work/old-attempt")
-    harness_ = claude_code.ClaudeCode()
+    harness_ = claude_code.ClaudeCode({})
     files = harness_.capture_session(old_home, pathlib.Path("/work/old-attempt"), SID)
     new_cwd = tmp_path / "attempts" / "e-43" / "app.worktree"
     new_cwd.mkdir(parents=True)
@@ -106,7 +108,7 @@ def test_claude_code_restore_rekeys_to_the_new_worktree(tmp_path: pathlib.Path) 
 def test_claude_code_transcript_records_split_on_newlines_only(tmp_path: pathlib.Path) -> None:
     """A conversation holding raw U+2028 / U+2029 keeps its records whole."""
     _claude_session(tmp_path, "/work/app")
-    harness_ = claude_code.ClaudeCode()
+    harness_ = claude_code.ClaudeCode({})
     files = harness_.capture_session(tmp_path, pathlib.Path("/work/app"), SID)
     assert harness_.transcript_records(files) == RECORDS
 
@@ -132,7 +134,7 @@ def test_claude_code_hostile_session_files_write_nothing(
     home.mkdir()
     files = [base.SessionFile(p, b"{}\n") for p in bad_paths]
     with pytest.raises((base.HarnessError, paths.UnsafePath)):
-        claude_code.ClaudeCode().restore_session(home, pathlib.Path("/work/app"), files)
+        claude_code.ClaudeCode({}).restore_session(home, pathlib.Path("/work/app"), files)
     assert _tree(tmp_path) == {"home": "dir"}
 
 
@@ -144,13 +146,13 @@ def test_claude_code_symlinked_projects_pointing_out_is_refused(tmp_path: pathli
     (home / ".claude" / "projects").symlink_to(outside)
     files = [base.SessionFile(f".claude/projects/-k/{SID}.jsonl", CONVERSATION)]
     with pytest.raises(paths.UnsafePath):
-        claude_code.ClaudeCode().restore_session(home, pathlib.Path("/work/app"), files)
+        claude_code.ClaudeCode({}).restore_session(home, pathlib.Path("/work/app"), files)
     assert list(outside.iterdir()) == []
 
 
 def test_claude_code_native_session_id_is_the_newest(tmp_path: pathlib.Path) -> None:
     """The newest session file of the cwd's folder; subagent `agent-*.jsonl` files are not."""
-    harness_ = claude_code.ClaudeCode()
+    harness_ = claude_code.ClaudeCode({})
     assert harness_.native_session_id(tmp_path, pathlib.Path("/work/app")) is None
     _claude_session(tmp_path, "/work/app")
     folder = tmp_path / ".claude" / "projects" / "-work-app"
@@ -162,45 +164,104 @@ def test_claude_code_native_session_id_is_the_newest(tmp_path: pathlib.Path) -> 
     assert harness_.native_session_id(tmp_path, pathlib.Path("/work/other")) is None
 
 
-def test_onboarding_is_marked_completed_keeping_other_keys(tmp_path: pathlib.Path) -> None:
-    """Spec: worker bootstrap marks Claude Code's first-run onboarding as completed."""
+WORKTREE = pathlib.Path("/work/app")
+
+
+def test_onboarding_and_workspace_trust_are_marked_keeping_other_keys(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Spec: worker bootstrap marks Claude Code's first-run onboarding as completed; the
+    restored worktree is marked trusted (an interactive Claude Code otherwise stops at its
+    trust dialog). Every other key, and the file's mode, stay."""
     config = tmp_path / ".claude.json"
     config.write_text(json.dumps({"theme": "dark", "projects": {"/work/app": {"x": 1}}}))
     config.chmod(0o640)
-    claude_code.ClaudeCode().prepare_home(tmp_path)
+    claude_code.ClaudeCode({}).prepare_home(tmp_path, WORKTREE)
     assert json.loads(config.read_text()) == {
         "theme": "dark",
-        "projects": {"/work/app": {"x": 1}},
+        "projects": {"/work/app": {"x": 1, "hasTrustDialogAccepted": True}},
         "hasCompletedOnboarding": True,
     }
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     before = config.stat().st_mtime_ns
-    claude_code.ClaudeCode().prepare_home(tmp_path)  # already marked: left alone
+    claude_code.ClaudeCode({}).prepare_home(tmp_path, WORKTREE)  # already marked: left alone
     assert config.stat().st_mtime_ns == before
 
 
+def test_only_the_worktree_itself_is_trusted(tmp_path: pathlib.Path) -> None:
+    """Trust goes to the worktree's real path, not to a parent or another folder."""
+    real = tmp_path / "real" / "app"
+    real.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real")
+    home = tmp_path / "home"
+    home.mkdir()
+    claude_code.ClaudeCode({}).prepare_home(home, link / "app")
+    projects = json.loads((home / ".claude.json").read_text())["projects"]
+    assert projects == {str(real): {"hasTrustDialogAccepted": True}}
+
+
 def test_onboarding_creates_the_file_when_missing(tmp_path: pathlib.Path) -> None:
-    """With no `~/.claude.json` yet, one is created holding only the marker, mode 0600."""
-    claude_code.ClaudeCode().prepare_home(tmp_path)
+    """With no `~/.claude.json` yet, one is created holding only the markers, mode 0600."""
+    claude_code.ClaudeCode({}).prepare_home(tmp_path, WORKTREE)
     config = tmp_path / ".claude.json"
-    assert json.loads(config.read_text()) == {"hasCompletedOnboarding": True}
+    assert json.loads(config.read_text()) == {
+        "hasCompletedOnboarding": True,
+        "projects": {"/work/app": {"hasTrustDialogAccepted": True}},
+    }
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
 
 
 def test_onboarding_never_overwrites_a_config_it_cannot_read(tmp_path: pathlib.Path) -> None:
-    """A config that is not a JSON object, or is a symlink, is refused and left as it was."""
+    """A config that is not a JSON object, has projects that are not an object, or is a
+    symlink, is refused and left as it was."""
     config = tmp_path / ".claude.json"
-    config.write_text("not json {")
-    with pytest.raises(base.HarnessError):
-        claude_code.ClaudeCode().prepare_home(tmp_path)
-    assert config.read_text() == "not json {"
+    for text in ("not json {", json.dumps({"projects": ["a"]})):
+        config.write_text(text)
+        with pytest.raises(base.HarnessError):
+            claude_code.ClaudeCode({}).prepare_home(tmp_path, WORKTREE)
+        assert config.read_text() == text
     config.unlink()
     outside = tmp_path / "outside.json"
     outside.write_text("{}")
     config.symlink_to(outside)
     with pytest.raises(base.HarnessError):
-        claude_code.ClaudeCode().prepare_home(tmp_path)
+        claude_code.ClaudeCode({}).prepare_home(tmp_path, WORKTREE)
     assert outside.read_text() == "{}"
+
+
+def test_claude_config_dir_moves_sessions_and_config(tmp_path: pathlib.Path) -> None:
+    """With CLAUDE_CONFIG_DIR set, sessions are read and written under `$DIR/projects/` and
+    the markers go to `$DIR/.claude.json`; records still name `.claude/projects/…`, so a
+    checkpoint restores the same whether either side sets the variable."""
+    home, elsewhere = tmp_path / "home", tmp_path / "cfg"
+    home.mkdir()
+    plain = claude_code.ClaudeCode({})
+    _claude_session(home, "/work/app")
+    files = plain.capture_session(home, pathlib.Path("/work/app"), SID)
+    moved = claude_code.ClaudeCode({"CLAUDE_CONFIG_DIR": str(elsewhere)})
+    moved.restore_session(home, pathlib.Path("/work/b"), files)
+    key = claude_code.project_key("/work/b")
+    assert (elsewhere / "projects" / key / f"{SID}.jsonl").read_bytes() == CONVERSATION
+    assert not (home / ".claude" / "projects" / key).exists()
+    assert moved.native_session_id(home, pathlib.Path("/work/b")) == SID
+    again = moved.capture_session(home, pathlib.Path("/work/b"), SID)
+    assert [f.path for f in again] == [f.path.replace("-work-app", key) for f in files] and [
+        f.data for f in again
+    ] == [f.data for f in files]
+    moved.prepare_home(home, pathlib.Path("/work/b"))
+    assert json.loads((elsewhere / ".claude.json").read_text())["hasCompletedOnboarding"]
+    assert not (home / ".claude.json").exists()
+
+
+def test_a_relative_config_dir_is_refused(tmp_path: pathlib.Path) -> None:
+    """A relative CLAUDE_CONFIG_DIR or CODEX_HOME would depend on the folder the CLI runs in."""
+    for harness_ in (
+        claude_code.ClaudeCode({"CLAUDE_CONFIG_DIR": "cfg"}),
+        codex.Codex({"CODEX_HOME": "cfg"}),
+    ):
+        with pytest.raises(base.HarnessError, match="not an absolute path"):
+            harness_.prepare_home(tmp_path, WORKTREE)
 
 
 # --- Codex ---------------------------------------------------------------------------------
@@ -241,7 +302,7 @@ def _index(home: pathlib.Path) -> list[dict[str, object]]:
 def test_codex_capture_holds_the_rollout_and_its_index_lines(tmp_path: pathlib.Path) -> None:
     """The rollout file and the session's own lines of the index (its thread name survives)."""
     _codex_home(tmp_path, "/work/app")
-    files = codex.Codex().capture_session(tmp_path, pathlib.Path("/work/app"), SID)
+    files = codex.Codex({}).capture_session(tmp_path, pathlib.Path("/work/app"), SID)
     assert [f.path for f in files] == [ROLLOUT, ".codex/session_index.jsonl"]
     assert json.loads(files[1].data)["thread_name"] == "fix the bug"
     assert OTHER.encode() not in files[1].data
@@ -252,7 +313,7 @@ def test_codex_restore_makes_index_and_rollout_agree(tmp_path: pathlib.Path) -> 
     names the restored rollout and the replacement's cwd, and keeps every other entry."""
     old_home, new_home = tmp_path / "old", tmp_path / "new"
     _codex_home(old_home, "/work/old-attempt")
-    harness_ = codex.Codex()
+    harness_ = codex.Codex({})
     files = harness_.capture_session(old_home, pathlib.Path("/work/old-attempt"), SID)
     (new_home / ".codex").mkdir(parents=True)
     keep = json.dumps({"id": "keep-me", "thread_name": "kept", "updated_at": "x"})
@@ -292,7 +353,7 @@ def test_codex_restore_makes_index_and_rollout_agree(tmp_path: pathlib.Path) -> 
 def test_codex_restore_into_a_home_with_no_index(tmp_path: pathlib.Path) -> None:
     """With no index yet, the restore writes one holding the restored session only."""
     rollout = base.SessionFile(ROLLOUT, _rollout_bytes(SID, "/work/old"))
-    codex.Codex().restore_session(tmp_path, pathlib.Path("/work/new"), [rollout])
+    codex.Codex({}).restore_session(tmp_path, pathlib.Path("/work/new"), [rollout])
     entries = _index(tmp_path)
     assert [(e["id"], e["path"], e["cwd"]) for e in entries] == [
         (SID, ROLLOUT.removeprefix(".codex/"), "/work/new")
@@ -323,13 +384,13 @@ def test_codex_hostile_session_files_write_nothing(
     home = tmp_path / "home"
     home.mkdir()
     with pytest.raises((base.HarnessError, paths.UnsafePath)):
-        codex.Codex().restore_session(home, pathlib.Path("/work/app"), files)
+        codex.Codex({}).restore_session(home, pathlib.Path("/work/app"), files)
     assert _tree(tmp_path) == {"home": "dir"}
 
 
 def test_codex_native_session_id_is_the_newest_of_the_cwd(tmp_path: pathlib.Path) -> None:
     """The newest rollout whose session_meta records this cwd."""
-    harness_ = codex.Codex()
+    harness_ = codex.Codex({})
     assert harness_.native_session_id(tmp_path, pathlib.Path("/work/app")) is None
     _codex_home(tmp_path, "/work/app")
     assert harness_.native_session_id(tmp_path, pathlib.Path("/work/app")) == SID
@@ -337,10 +398,87 @@ def test_codex_native_session_id_is_the_newest_of_the_cwd(tmp_path: pathlib.Path
     assert harness_.native_session_id(tmp_path, pathlib.Path("/work/none")) is None
 
 
-def test_codex_prepare_home_writes_nothing(tmp_path: pathlib.Path) -> None:
-    """Codex needs no first-run marker."""
-    codex.Codex().prepare_home(tmp_path)
-    assert list(tmp_path.iterdir()) == []
+def test_codex_prepare_home_trusts_the_worktree_and_resumes_in_it(tmp_path: pathlib.Path) -> None:
+    """config.toml gets `[tui] resume_cwd = "current"` (no folder picker when the worktree
+    moved) and the worktree trusted (no trust prompt); every other setting stays."""
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    config.write_text('model = "o3"\n[model_providers.mock]\nbase_url = "http://127.0.0.1:1/v1"\n')
+    codex.Codex({}).prepare_home(tmp_path, WORKTREE)
+    loaded = tomllib.loads(config.read_text())
+    assert loaded == {
+        "model": "o3",
+        "model_providers": {"mock": {"base_url": "http://127.0.0.1:1/v1"}},
+        "tui": {"resume_cwd": "current"},
+        "projects": {"/work/app": {"trust_level": "trusted"}},
+    }
+    before = config.stat().st_mtime_ns
+    codex.Codex({}).prepare_home(tmp_path, WORKTREE)  # already set: left alone
+    assert config.stat().st_mtime_ns == before
+
+
+def test_codex_prepare_home_follows_codex_home(tmp_path: pathlib.Path) -> None:
+    """With CODEX_HOME set, config.toml is written there, not under `~/.codex`."""
+    home, elsewhere = tmp_path / "home", tmp_path / "codex-home"
+    home.mkdir()
+    codex.Codex({"CODEX_HOME": str(elsewhere)}).prepare_home(home, WORKTREE)
+    assert tomllib.loads((elsewhere / "config.toml").read_text())["tui"] == {
+        "resume_cwd": "current"
+    }
+    assert not (home / ".codex").exists()
+
+
+def test_codex_prepare_home_never_overwrites_a_config_it_cannot_read(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Invalid TOML, a `tui` that is not a table, or a symlink: refused, left as it was."""
+    config = tmp_path / ".codex" / "config.toml"
+    config.parent.mkdir()
+    for text in ("model = [", 'tui = "x"\n'):
+        config.write_text(text)
+        with pytest.raises(base.HarnessError):
+            codex.Codex({}).prepare_home(tmp_path, WORKTREE)
+        assert config.read_text() == text
+    config.unlink()
+    outside = tmp_path / "outside.toml"
+    outside.write_text("")
+    config.symlink_to(outside)
+    with pytest.raises(base.HarnessError):
+        codex.Codex({}).prepare_home(tmp_path, WORKTREE)
+    assert outside.read_text() == ""
+
+
+def test_codex_compressed_rollouts_are_captured_and_read(tmp_path: pathlib.Path) -> None:
+    """Codex 0.162 compresses idle rollouts to `rollout-….jsonl.zst` (and reads them back):
+    the compressed file is captured as it is, found as the cwd's session, and its records
+    are read decompressed."""
+    data = _rollout_bytes(SID, "/work/app") + CONVERSATION
+    path = tmp_path / (ROLLOUT + ".zst")
+    path.parent.mkdir(parents=True)
+    path.write_bytes(zstandard.ZstdCompressor().compress(data))
+    harness_ = codex.Codex({})
+    assert harness_.native_session_id(tmp_path, pathlib.Path("/work/app")) == SID
+    files = harness_.capture_session(tmp_path, pathlib.Path("/work/app"), SID)
+    assert [f.path for f in files] == [ROLLOUT + ".zst"]
+    assert harness_.transcript_records(files) == transcripts.split_records(data)
+    home = tmp_path / "replacement"
+    home.mkdir()
+    harness_.restore_session(home, pathlib.Path("/work/b"), files)
+    assert (home / (ROLLOUT + ".zst")).read_bytes() == path.read_bytes()
+
+
+def test_codex_a_compressed_rollout_that_expands_too_far_is_refused(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A decompression bomb stops at the limit instead of filling memory."""
+    monkeypatch.setattr(codex, "MAX_ROLLOUT_BYTES", 1024)
+    data = _rollout_bytes(SID, "/work/app") + b"x" * 4096 + b"\n"
+    files = [base.SessionFile(ROLLOUT + ".zst", zstandard.ZstdCompressor().compress(data))]
+    with pytest.raises(base.HarnessError, match="expands past the limit"):
+        codex.Codex({}).transcript_records(files)
+    broken = [base.SessionFile(ROLLOUT + ".zst", b"not zstd")]
+    with pytest.raises(base.HarnessError, match="does not decompress"):
+        codex.Codex({}).transcript_records(broken)
 
 
 def test_claude_code_capture_never_reads_through_a_symlink_out(tmp_path: pathlib.Path) -> None:
@@ -349,7 +487,7 @@ def test_claude_code_capture_never_reads_through_a_symlink_out(tmp_path: pathlib
     _claude_session(outside, "/work/app")
     (home / ".claude").mkdir(parents=True)
     (home / ".claude" / "projects").symlink_to(outside / ".claude" / "projects")
-    harness_ = claude_code.ClaudeCode()
+    harness_ = claude_code.ClaudeCode({})
     with pytest.raises(base.HarnessError):
         harness_.capture_session(home, pathlib.Path("/work/app"), SID)
     assert harness_.native_session_id(home, pathlib.Path("/work/app")) is None
@@ -363,7 +501,7 @@ def test_codex_capture_never_reads_through_a_symlink_out(tmp_path: pathlib.Path)
     (home / ".codex" / "sessions" / "2026" / "12" / "02").symlink_to(
         outside / ".codex" / "sessions" / "2026" / "12" / "02"
     )
-    harness_ = codex.Codex()
+    harness_ = codex.Codex({})
     with pytest.raises(base.HarnessError):
         harness_.capture_session(home, pathlib.Path("/work/app"), SID)
     assert harness_.native_session_id(home, pathlib.Path("/work/app")) is None
