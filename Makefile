@@ -7,21 +7,54 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROTOS := $(wildcard protos/agentihooks/swarm/v2/*.proto)
 
-.PHONY: setup system protos protos-check lint test test-fast bench demo clean
+# The real agent CLIs the harness tests run, pinned; tests/support/agent_clis.py holds the same
+# numbers (keep them in step). `make qualify` runs the real-CLI suite against other versions too.
+CLAUDE_CODE_VERSION ?= 2.1.112
+CODEX_VERSION ?= 0.162.0
+HARNESSES := .harnesses
 
-## setup: system packages (redis-server, chromium, git) and the virtualenv with every dependency
-setup: system $(STAMP)
+.PHONY: setup system harnesses qualify protos protos-check lint test test-fast bench demo clean
+
+## setup: system packages (redis-server, chromium, git, node, tmux), the pinned agent CLIs and the
+## virtualenv with every dependency
+setup: system harnesses $(STAMP)
 
 system:
 	@missing=""; \
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v git >/dev/null || missing="$$missing git"; \
+	command -v node >/dev/null || missing="$$missing nodejs"; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v tmux >/dev/null || missing="$$missing tmux"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
+
+# $(call npm_harness,DIR,PACKAGE@VERSION,EXECUTABLE): install PACKAGE@VERSION into DIR unless
+# DIR/node_modules/.bin/EXECUTABLE is already there. npm writes into the sibling DIR.partial, which
+# is renamed into place only once the install succeeded, so an interrupted install is never taken
+# for an installed one (the next run starts it over). npm's own cache (~/.npm) makes a repeat
+# install of the same version quick.
+define npm_harness
+	@if [ -e $(1)/node_modules/.bin/$(3) ]; then \
+	  echo "$(2): installed in $(1)"; \
+	else \
+	  echo "installing $(2) into $(1)"; \
+	  rm -rf $(1).partial && mkdir -p $(1).partial && \
+	  npm install --prefix $(1).partial --no-audit --no-fund --no-save --loglevel=error $(2) && \
+	  { test -e $(1).partial/node_modules/.bin/$(3) || \
+	    { echo "$(2) installed no node_modules/.bin/$(3)" >&2; exit 1; }; } && \
+	  rm -rf $(1) && mv -T $(1).partial $(1); \
+	fi
+endef
+
+## harnesses: the pinned real agent CLIs (Claude Code, Codex) under .harnesses/, for the tests
+harnesses: system
+	$(call npm_harness,$(HARNESSES)/claude-code-$(CLAUDE_CODE_VERSION),@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION),claude)
+	$(call npm_harness,$(HARNESSES)/codex-$(CODEX_VERSION),@openai/codex@$(CODEX_VERSION),codex)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +77,11 @@ lint: setup
 
 test: setup protos-check
 	$(BIN)/python -m pytest -q
+
+## qualify: run the real-CLI suite against several versions of each harness and write
+## docs/harness-qualification.md (see `python -m scripts.qualify --help` for the flags)
+qualify: setup
+	$(BIN)/python -m scripts.qualify
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
