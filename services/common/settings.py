@@ -158,6 +158,7 @@ class ControllerSettings:
     workdir: pathlib.Path
     pod_template: pathlib.Path | None
     entry_point: tuple[str, ...]
+    worker_control_addr: str | None = None
 
 
 def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
@@ -170,6 +171,22 @@ def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
     if runtime == "kubernetes":
         return ("agentihooks-restorer", "entry")
     return (sys.executable, "-m", "services.restorer.main", "worker")
+
+
+CONTROLLER_SERVICE = "agentihooks-controller"
+"""The controller's Service in deploy/k8s/: how worker Pods reach it by default."""
+
+
+def _worker_control_addr(env: Mapping[str, str], runtime: str) -> str | None:
+    """Where workers reach the controller's gRPC API: `AGENTIHOOKS_WORKER_CONTROL_ADDR`; on
+    Kubernetes by default the controller's Service in its namespace, on the listen port. The
+    local runtime derives it from the listen address instead (None here)."""
+    value = _address(env, "WORKER_CONTROL_ADDR", None)
+    if value is not None or runtime != "kubernetes":
+        return value
+    listen = _address(env, "CONTROL_ADDR", "127.0.0.1:50051") or "127.0.0.1:50051"
+    namespace = _get(env, "NAMESPACE") or "default"
+    return f"{CONTROLLER_SERVICE}.{namespace}.svc:{listen.rpartition(':')[2]}"
 
 
 def load_controller(env: Mapping[str, str]) -> ControllerSettings:
@@ -200,6 +217,7 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         or pathlib.Path(env.get("HOME", "/tmp")) / ".agentihooks" / "workers",
         pod_template=_absolute_path(env, "POD_TEMPLATE"),
         entry_point=_entry_point(env, runtime),
+        worker_control_addr=_worker_control_addr(env, runtime),
     )
 
 

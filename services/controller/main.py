@@ -24,6 +24,22 @@ from services.controller.pods import runtime as pods
 log = logging.getLogger("services.controller")
 
 
+def worker_settings(
+    conf: settings.ControllerSettings, control_addr: str, env: Mapping[str, str]
+) -> dict[str, str]:
+    """The settings every worker gets from the controller's: where the controller and the
+    store are, and the checkpoint storage and capture interval when this controller has them
+    (a worker reads and writes its checkpoints there unless its swarm is `checkpoint_remote`).
+    """
+    found = {settings.PREFIX + "CONTROL_ADDR": control_addr}
+    if conf.store_addr:
+        found[settings.PREFIX + "STORE_ADDR"] = conf.store_addr
+    for name in ("CHECKPOINT_ROOT", "CHECKPOINT_BUCKET", "S3_ENDPOINT_URL", "CAPTURE_INTERVAL_S"):
+        if env.get(settings.PREFIX + name):
+            found[settings.PREFIX + name] = env[settings.PREFIX + name]
+    return found
+
+
 @contextlib.asynccontextmanager
 async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.PodRuntime]:
     """The configured worker runtime: Kubernetes (in-cluster or kubeconfig) or local processes."""
@@ -40,7 +56,13 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
         if conf.pod_template is not None:
             template = yaml.safe_load(conf.pod_template.read_text())
         api = client.ApiClient()
-        cluster = kubernetes.KubernetesRuntime(api, conf.namespace, template)
+        assert conf.worker_control_addr is not None  # always set for the kubernetes runtime
+        cluster = kubernetes.KubernetesRuntime(
+            api,
+            conf.namespace,
+            template,
+            worker_env=worker_settings(conf, conf.worker_control_addr, os.environ),
+        )
         try:
             yield cluster
         finally:
@@ -49,18 +71,13 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
         return
     from services.controller.pods import local
 
-    worker_env = {
-        k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
-    }
     host, _, port = conf.listen.rpartition(":")
     # Workers on this machine reach a wildcard listener on loopback.
     reachable = "127.0.0.1" if host in ("0.0.0.0", "[::]", "::") else host  # noqa: S104
-    worker_env[settings.PREFIX + "CONTROL_ADDR"] = f"{reachable}:{port}"
-    if conf.store_addr:
-        worker_env[settings.PREFIX + "STORE_ADDR"] = conf.store_addr
-    for name in ("CHECKPOINT_ROOT", "CHECKPOINT_BUCKET", "S3_ENDPOINT_URL", "CAPTURE_INTERVAL_S"):
-        if settings.PREFIX + name in os.environ:
-            worker_env[settings.PREFIX + name] = os.environ[settings.PREFIX + name]
+    worker_env = {
+        k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR")
+    }
+    worker_env.update(worker_settings(conf, f"{reachable}:{port}", os.environ))
     conf.workdir.mkdir(parents=True, exist_ok=True)
     runtime = local.LocalRuntime(conf.workdir, base_env=worker_env)
     try:

@@ -156,6 +156,28 @@ def _settings(env: Mapping[str, str], listen: str | None) -> settings.RestorerSe
         raise SystemExit(2) from None
 
 
+def _missing(conf: settings.RestorerSettings, command: str) -> str | None:
+    """The first setting `command` needs at start that is not set, as the line to print.
+
+    A sidecar (or a one-shot restore or capture) without a mounted launch record fetches it
+    from the controller with the attempt's own credential: both must be there before any
+    restore step, or the attempt would only learn it once its restore is asked for.
+    """
+    if command not in ("serve", "restore", "capture") or conf.launch_record_file is not None:
+        return None
+    if conf.control_addr is None:
+        return (
+            f"{settings.PREFIX}CONTROL_ADDR is not set: the sidecar fetches its launch record"
+            f" from the controller there (or set {settings.PREFIX}LAUNCH_RECORD to a file)"
+        )
+    if conf.worker_credential is None:
+        return (
+            f"{settings.PREFIX}WORKER_CREDENTIAL is not set: the sidecar fetches its launch"
+            " record with the attempt's own credential"
+        )
+    return None
+
+
 def _worktree(value: str) -> pathlib.Path:
     path = pathlib.Path(value)
     if not path.is_absolute():
@@ -195,6 +217,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     logs.configure("restorer")
     conf = _settings(os.environ, getattr(args, "listen", None))
+    missing = _missing(conf, args.command)
+    if missing is not None:
+        print(f"agentihooks-restorer: {missing}", file=sys.stderr)
+        raise SystemExit(2)
     if args.command == "serve":
         asyncio.run(_serve(conf, args.capture_interval, args.exit_with))
         return

@@ -164,11 +164,18 @@ async def start_controller(
     with_store: bool = True,
     pass_interval_s: float = 0.2,
     lease_ttl_ms: int = 2000,
+    listen: str = "127.0.0.1:0",
+    worker_env: Mapping[str, str] | None = None,
 ) -> tuple[Controller, grpc.aio.Server]:
-    """Start a controller whose workers are Pods on the emulator."""
+    """Start a controller whose workers are Pods on the emulator (`worker_env`: the settings
+    its Pods get, as `agentihooks-controller` gives them from its own)."""
     client = aioredis.Redis.from_url(redis_url)
     runtime = kubernetes.KubernetesRuntime(
-        emulator.api_client, NAMESPACE, templates.default_pod_template(), check_nodes=False
+        emulator.api_client,
+        NAMESPACE,
+        templates.default_pod_template(),
+        check_nodes=False,
+        worker_env=worker_env,
     )
     checkpoints = (
         replacing.BackendCheckpoints(local.LocalFolderBackend(root)) if with_store else None
@@ -185,9 +192,7 @@ async def start_controller(
         runtime_name="kubernetes",
     )
     service = grpc_api.RecoveryService(hub)
-    server, port = await rpc.start_server(
-        "127.0.0.1:0", [service.register], [grpc_api.SERVICE_NAME]
-    )
+    server, port = await rpc.start_server(listen, [service.register], [grpc_api.SERVICE_NAME])
     await hub.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     ctl = Controller(

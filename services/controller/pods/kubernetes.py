@@ -50,6 +50,7 @@ class KubernetesRuntime:
         pod_template: Mapping[str, Any],
         *,
         restorer_image: str | None = None,
+        worker_env: Mapping[str, str] | None = None,
         check_nodes: bool = True,
         request_timeout: float = 60.0,
         watch_timeout: int = 300,
@@ -61,6 +62,9 @@ class KubernetesRuntime:
             namespace: Where worker Pods and their Secrets live.
             pod_template: The worker Pod template (see `templates.default_pod_template`).
             restorer_image: The sidecar image; the worker image when None.
+            worker_env: Settings every worker Pod gets from the controller's own (the
+                controller's address as workers reach it, the store's, the checkpoint bucket);
+                the Pod template overrides any of them (`templates.render_pod`).
             check_nodes: Read Nodes so a Pod on a gone or NotReady node counts as node_lost
                 (needs list/watch on nodes, a cluster-scoped permission).
             request_timeout: Seconds for one ordinary API call.
@@ -70,6 +74,7 @@ class KubernetesRuntime:
         self._namespace = namespace
         self._template = copy.deepcopy(dict(pod_template))
         self._restorer_image = restorer_image
+        self._worker_env = dict(worker_env or {})
         self._check_nodes = check_nodes
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._watch_timeout = watch_timeout
@@ -178,6 +183,7 @@ class KubernetesRuntime:
                 spec,
                 namespace=self._namespace,
                 restorer_image=self._restorer_image,
+                defaults=self._worker_env,
             )
         except ValueError as exc:
             raise runtime.PodsRefused(f"launch {name}: {exc}") from None

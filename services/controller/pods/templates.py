@@ -106,12 +106,27 @@ def _copy(document: Any) -> Any:
     return orjson.loads(orjson.dumps(document))
 
 
+SHARED_SETTINGS = (
+    "AGENTIHOOKS_CONTROL_ADDR",
+    "AGENTIHOOKS_STORE_ADDR",
+    "AGENTIHOOKS_CHECKPOINT_BUCKET",
+    "AGENTIHOOKS_S3_ENDPOINT_URL",
+    "AGENTIHOOKS_CHECKPOINT_ROOT",
+    "AGENTIHOOKS_CAPTURE_INTERVAL_S",
+    *settings.HARNESS_VARIABLES,
+)
+"""Settings the worker container and the restorer sidecar share: set in the template's worker
+container, they reach the sidecar too (the sidecar is what talks to the controller and the
+store, and follows the harness's folders)."""
+
+
 def render_pod(
     template: Mapping[str, Any],
     spec: runtime.LaunchSpec,
     *,
     namespace: str,
     restorer_image: str | None = None,
+    defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The attempt's Pod: the template with identity, image, command, env and the sidecar.
 
@@ -121,6 +136,10 @@ def render_pod(
         namespace: The namespace the Pod is created in.
         restorer_image: The sidecar's image; the worker image (which carries the restorer's
             console script) when None.
+        defaults: Settings from the controller's own (the controller's and the store's
+            addresses, the checkpoint bucket); the template overrides any of them by setting
+            the same variable on its worker container (or on a ``restorer`` container, for
+            the sidecar alone).
 
     Returns:
         The Pod body. It holds no credential, only a reference to the attempt's Secret.
@@ -154,25 +173,40 @@ def render_pod(
     if spec.command:
         worker["command"] = list(spec.command)
         worker.pop("args", None)
-    worker["env"] = _env(worker.get("env") or [], spec.env, secret)
+    named = {e.get("name") for e in worker.get("env") or ()}
+    fallback = {k: v for k, v in (defaults or {}).items() if k not in named}
+    worker["env"] = _env(worker.get("env") or [], {**fallback, **spec.env}, secret)
     return inject_restorer(
-        pod, image=restorer_image or spec.image, secret_name=secret, env=spec.env
+        pod,
+        image=restorer_image or spec.image,
+        secret_name=secret,
+        env=spec.env,
+        defaults=defaults,
     )
 
 
 def inject_restorer(
-    pod: Mapping[str, Any], *, image: str, secret_name: str, env: Mapping[str, str]
+    pod: Mapping[str, Any],
+    *,
+    image: str,
+    secret_name: str,
+    env: Mapping[str, str],
+    defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Add the restorer sidecar to a worker Pod, replacing any restorer already there.
 
     The sidecar comes first among the init containers, so it has started before the worker, and
     it mounts every volume the worker mounts (it writes the harness home and the worktree).
+    Its environment: what a ``restorer`` container of the template set (the operator's way to
+    give the sidecar alone a setting, such as object storage credentials), then the worker
+    container's `SHARED_SETTINGS`, then `defaults` for what neither set, then `env`.
 
     Args:
         pod: A worker Pod with a container named ``worker``.
         image: The restorer's image.
         secret_name: The attempt's credential Secret.
         env: Plain environment shared with the worker.
+        defaults: Settings from the controller's own, used where the template sets none.
 
     Returns:
         A new Pod body; the argument is left unchanged.
@@ -183,23 +217,27 @@ def inject_restorer(
         (c for c in spec.get("containers") or () if c.get("name") == classifying.WORKER_CONTAINER),
         {},
     )
+    template_restorer: dict[str, Any] = next(
+        (
+            c
+            for c in (*(spec.get("initContainers") or ()), *(spec.get("containers") or ()))
+            if c.get("name") == classifying.RESTORER_CONTAINER
+        ),
+        {},
+    )
+    base = [_copy(e) for e in template_restorer.get("env") or ()]
+    named = {e.get("name") for e in base}
+    for entry in worker.get("env") or ():
+        if entry.get("name") in SHARED_SETTINGS and entry.get("name") not in named:
+            base.append(_copy(entry))
+            named.add(entry.get("name"))
+    fallback = {k: v for k, v in (defaults or {}).items() if k not in named}
     sidecar = {
         "name": classifying.RESTORER_CONTAINER,
         "image": image,
         "restartPolicy": "Always",
         "command": ["agentihooks-restorer", "serve", "--listen", f"127.0.0.1:{RESTORER_PORT}"],
-        # The harness's own variables that move its sessions and config (CLAUDE_CONFIG_DIR,
-        # CODEX_HOME) as the worker has them, so the sidecar captures and restores where the
-        # harness looks.
-        "env": _env(
-            [
-                _copy(e)
-                for e in worker.get("env") or ()
-                if e.get("name") in settings.HARNESS_VARIABLES
-            ],
-            env,
-            secret_name,
-        ),
+        "env": _env(base, {**fallback, **env}, secret_name),
         "resources": {
             "requests": {"cpu": "50m", "memory": "64Mi"},
             "limits": {"memory": "512Mi"},
@@ -213,6 +251,9 @@ def inject_restorer(
         if c.get("name") != classifying.RESTORER_CONTAINER
     ]
     spec["initContainers"] = [sidecar, *others]
+    spec["containers"] = [
+        c for c in spec.get("containers") or () if c.get("name") != classifying.RESTORER_CONTAINER
+    ]
     return result
 
 
