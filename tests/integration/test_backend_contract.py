@@ -127,6 +127,7 @@ async def test_a_wrong_hash_keeps_nothing(harness: Harness, size: int) -> None:
         await store.put_object(chunks_of(data), sha256=claimed, size=size, max_size=LIMIT)
     assert not await store.object_exists(claimed)
     assert harness.stored() == []
+    assert _folders(harness) == []
 
 
 @pytest.mark.parametrize("delta", [-1, 1], ids=["short", "long"])
@@ -138,6 +139,26 @@ async def test_a_wrong_size_keeps_nothing(harness: Harness, delta: int) -> None:
     with pytest.raises(storing.ObjectCorrupt):
         await store.put_object(chunks_of(data), sha256=digest, size=BIG + delta, max_size=LIMIT)
     assert harness.stored() == []
+    assert _folders(harness) == []
+
+
+def _folders(harness: Harness) -> list[str]:
+    """Folders a local store holds below its root (an object store has none)."""
+    if harness.raw_root is None or not harness.raw_root.exists():
+        return []
+    return sorted(str(p.relative_to(harness.raw_root)) for p in harness.raw_root.rglob("*"))
+
+
+async def test_a_refused_upload_leaves_folders_other_uploads_made(harness: Harness) -> None:
+    """Only the folders a refused upload created go: an object already stored under the same
+    prefix keeps its folder, and the store keeps working."""
+    store = harness.backend.scoped(SCOPE)
+    kept = await put(store, b"kept object")
+    data = b"refused object"
+    with pytest.raises(storing.ObjectCorrupt):
+        await store.put_object(chunks_of(data), sha256=kept.sha256, size=len(data), max_size=LIMIT)
+    assert harness.stored() == [f"{SCOPE.prefix}/objects/{kept.sha256[:2]}/{kept.sha256}"]
+    assert await read_all(store, kept.sha256, 1024) == b"kept object"
 
 
 async def test_an_oversize_object_is_refused_before_reading(harness: Harness) -> None:

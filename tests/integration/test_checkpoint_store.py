@@ -62,6 +62,11 @@ def _files(root: pathlib.Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
 
 
+def _entries(root: pathlib.Path) -> list[str]:
+    """Every file and folder below the store's root: a refused upload leaves neither."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
 def _reason(exc: grpc.aio.AioRpcError) -> str | None:
     for key, value in exc.trailing_metadata() or ():
         if key == rpc.REASON_KEY:
@@ -244,7 +249,7 @@ async def test_wrong_hash_is_refused_and_nothing_kept(
         ),
         grpc.StatusCode.INVALID_ARGUMENT,
     )
-    assert _files(store_server.root) == []
+    assert _entries(store_server.root) == []
 
 
 async def test_object_over_the_limit_is_refused(store_server: store_server.StoreServer) -> None:
@@ -261,7 +266,7 @@ async def test_object_over_the_limit_is_refused(store_server: store_server.Store
         stub.PutObject(header_only(), metadata=_md(token)), grpc.StatusCode.RESOURCE_EXHAUSTED
     )
     assert _reason(exc) == "object_too_large"
-    assert _files(store_server.root) == []
+    assert _entries(store_server.root) == []
 
 
 async def test_object_larger_than_declared_is_refused(
@@ -276,7 +281,7 @@ async def test_object_larger_than_declared_is_refused(
         grpc.StatusCode.INVALID_ARGUMENT,
     )
     assert _reason(exc) == "corrupt_object"
-    assert _files(store_server.root) == []
+    assert _entries(store_server.root) == []
 
 
 def store_server_limit() -> int:

@@ -29,16 +29,20 @@ _DIR_MODE = 0o700
 _FILE_MODE = 0o600
 _WRITE_BATCH = 1024 * 1024
 _LINKS = (errno.ELOOP, errno.ENOTDIR, errno.EMLINK)
+_CREATE_TRIES = 3
 
 
 def _unsafe() -> storing.UnsafePath:
     return storing.UnsafePath("the checkpoint store holds a link or an unexpected entry")
 
 
-def _open_dir(root: pathlib.Path, parts: list[str], *, create: bool) -> int | None:
+def _open_dir(
+    root: pathlib.Path, parts: list[str], *, create: bool, created: list[int] | None = None
+) -> int | None:
     """A descriptor of `root/parts…`, never following a link below the root.
 
-    Returns None when a folder is absent and `create` is false.
+    Returns None when a folder is absent and `create` is false. `created` collects the depth
+    (1 for `parts[0]`) of each folder this call created.
     """
     try:
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -48,15 +52,20 @@ def _open_dir(root: pathlib.Path, parts: list[str], *, create: bool) -> int | No
         os.makedirs(root, mode=_DIR_MODE, exist_ok=True)
         fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in parts:
+        for depth, part in enumerate(parts, start=1):
             try:
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             except FileNotFoundError:
                 if not create:
                     os.close(fd)
                     return None
-                with contextlib.suppress(FileExistsError):
+                try:
                     os.mkdir(part, _DIR_MODE, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                else:
+                    if created is not None:
+                        created.append(depth)
                 child = os.open(part, _DIR_FLAGS, dir_fd=fd)
             os.close(fd)
             fd = child
@@ -133,25 +142,53 @@ class LocalStore:
         if await self.object_exists(sha256):
             await _drain(chunks, check, None)
             return storing.ObjectRef(sha256, size, existed=True)
-        dir_fd = await asyncio.to_thread(
-            _open_dir, self._root, self._object_dir(sha256), create=True
-        )
-        assert dir_fd is not None
+        folders = self._object_dir(sha256)
+        made: list[int] = []
         temp = f".tmp-{secrets.token_hex(8)}"
+        dir_fd, fd = await asyncio.to_thread(self._create_temp, folders, temp, made)
         try:
-            fd = os.open(temp, _CREATE_FLAGS, _FILE_MODE, dir_fd=dir_fd)
             try:
                 await _drain(chunks, check, fd)
                 created = await asyncio.to_thread(_publish_object, dir_fd, fd, temp, sha256)
             finally:
                 os.close(fd)
         except BaseException:
-            # Nothing of a refused or interrupted upload stays behind, not even the temp file.
+            # Nothing of a refused or interrupted upload stays behind: not the temp file, nor
+            # a folder this upload created (another upload's folder is left alone).
             _unlink_quietly(dir_fd, temp)
+            self._remove_empty(folders, made)
             raise
         finally:
             os.close(dir_fd)
         return storing.ObjectRef(sha256, size, existed=not created)
+
+    def _create_temp(self, folders: list[str], temp: str, made: list[int]) -> tuple[int, int]:
+        """(folder descriptor, temp file descriptor) for a new object's bytes.
+
+        A folder removed at that moment by a refused upload that had just created it is made
+        again (a few tries: each removal needs an upload that failed and found it empty).
+        """
+        for attempt in range(_CREATE_TRIES):
+            dir_fd = _open_dir(self._root, folders, create=True, created=made)
+            assert dir_fd is not None
+            try:
+                return dir_fd, os.open(temp, _CREATE_FLAGS, _FILE_MODE, dir_fd=dir_fd)
+            except FileNotFoundError:
+                os.close(dir_fd)
+                if attempt == _CREATE_TRIES - 1:
+                    raise
+            except BaseException:
+                os.close(dir_fd)
+                raise
+        raise AssertionError("unreachable")
+
+    def _remove_empty(self, folders: list[str], made: list[int]) -> None:
+        """Remove the folders this upload created (by depth), deepest first, only while empty."""
+        for depth in range(len(folders), 0, -1):
+            if depth not in made:
+                break
+            with contextlib.suppress(OSError):
+                os.rmdir(self._root.joinpath(*folders[:depth]))
 
     async def object_exists(self, sha256: str) -> bool:
         """True when something is stored under this object name."""
