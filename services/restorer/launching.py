@@ -54,13 +54,15 @@ class MalformedDirective(errors.Malformed):
     """The directive's fields disagree (or are of the wrong kind); nothing else was read.
 
     `reason` is `malformed directive: <the disagreement>`; it names no values.
-    `checkpoint_remote` is the record's flag as far as it could be read, so the refusal can
-    still be reported to the controller.
+    `checkpoint_remote` is the record's flag and `execution_id` the scope's execution id, as
+    far as they could be read, so the refusal can still be reported and logged with what is
+    known.
     """
 
-    def __init__(self, why: str, *, checkpoint_remote: bool) -> None:
+    def __init__(self, why: str, *, checkpoint_remote: bool, execution_id: str = "") -> None:
         super().__init__(f"{directives.MALFORMED}: {why}")
         self.checkpoint_remote = checkpoint_remote
+        self.execution_id = execution_id
 
 
 class MalformedLaunchRecord(errors.Malformed):
@@ -120,6 +122,13 @@ def _remote_flag(raw: Mapping[str, Any]) -> bool:
     return raw.get("checkpoint_remote") is True
 
 
+def _known_execution_id(raw: Mapping[str, Any]) -> str:
+    """The scope's execution id when it is plain text, else empty (read before the rest)."""
+    scope = raw.get("scope")
+    value = scope.get("execution_id") if isinstance(scope, Mapping) else None
+    return value if isinstance(value, str) and value.isprintable() and len(value) <= 256 else ""
+
+
 def parse(raw: object) -> LaunchRecord:
     """Parse a launch record from its JSON form, checking the directive first.
 
@@ -130,13 +139,16 @@ def parse(raw: object) -> LaunchRecord:
     if not isinstance(raw, Mapping):
         raise MalformedLaunchRecord("not a JSON object")
     remote = _remote_flag(raw)
+    known = _known_execution_id(raw)
     raw_directive = raw.get("directive")
     if not isinstance(raw_directive, Mapping):
-        raise MalformedDirective("the launch record has no directive", checkpoint_remote=remote)
+        raise MalformedDirective(
+            "the launch record has no directive", checkpoint_remote=remote, execution_id=known
+        )
     try:
         directive = directives.from_json(raw_directive)
     except directives.DirectiveError as error:
-        raise MalformedDirective(str(error), checkpoint_remote=remote) from None
+        raise MalformedDirective(str(error), checkpoint_remote=remote, execution_id=known) from None
     scope = _mapping(raw, "scope")
     registration = _mapping(raw, "registration")
     projects = registration.get("projects", [])

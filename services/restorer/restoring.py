@@ -85,6 +85,9 @@ NO_ORIGIN = "none:"
 none; its bundle then holds the full history, so a restore initialises instead of cloning."""
 
 TOO_LONG = "continuation: the opening prompt is longer than one process argument can carry"
+HOME_UNSAFE = "harness: a link in the harness home leads out of it"
+"""Not in the spec's table: the checkpoint is valid, this worker's harness home is not."""
+HOME_UNWRITABLE = "harness: the session files could not be written into the harness home"
 
 VERIFY_CONCURRENCY = fetching.CONCURRENCY
 """Objects the Validator checks at once (most answer from reads already under way)."""
@@ -338,14 +341,23 @@ class _Run:
             for item in native["files"]
         ]
         try:
+            for item in files:
+                paths.check_relative(item.path)
+        except paths.UnsafePath:
+            # A path no harness home can hold (absolute, `..`): the record is at fault.
+            raise _Stop(reasons.Reason.INVALID_RECORD) from None
+        try:
             adapter.restore_session(self.attempt.harness_home, self.attempt.worktree, files)
-        except (harness_base.HarnessError, paths.UnsafePath):
-            # The session files cannot be placed inside the harness home as the harness reads
-            # them: the record does not hold a usable session (the adapter checks every path
-            # before writing any).
+        except harness_base.HarnessError:
+            # The session files do not form one session of this harness: the record does not
+            # hold a usable session (the adapter checks every path before writing any).
             raise _Stop(reasons.Reason.INVALID_RECORD) from None
+        except paths.UnsafePath:
+            # The record's paths are plain; this worker's harness home is what leads out (a
+            # link in it): the checkpoint is fine, the home must be fixed.
+            raise _Stop(HOME_UNSAFE) from None
         except OSError:
-            raise _Stop(reasons.Reason.INVALID_RECORD) from None
+            raise _Stop(HOME_UNWRITABLE) from None
         self.command = tuple(command)
         return True
 

@@ -235,16 +235,20 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
         attempt = self._places.attempt(worktree)
         launch: launching.LaunchRecord | None = None
         remote = self._conf.checkpoint_remote
+        # Before the launch record is read, the attempt is known by the execution id the
+        # controller put in this worker's environment.
+        known = os.environ.get(settings.PREFIX + "EXECUTION_ID", "")
         try:
             launch = await self._load()
         except launching.MalformedDirective as error:
             remote = remote or error.checkpoint_remote
             await events.publish(restoring.Step("directive", "started"))
-            await self._finish(None, restoring.Refused(error.reason), remote)
+            refused = restoring.Refused(error.reason)
+            await self._finish(None, refused, remote, execution_id=error.execution_id or known)
             return
         except errors.Refusal as error:
             await events.publish(restoring.Step("directive", "started"))
-            await self._finish(None, restoring.Refused(error.reason), remote)
+            await self._finish(None, restoring.Refused(error.reason), remote, execution_id=known)
             return
         self.launch = launch
         remote = launch.checkpoint_remote
@@ -274,9 +278,14 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
         launch: launching.LaunchRecord | None,
         result: restoring.Ready | restoring.Refused,
         remote: bool,
+        *,
+        execution_id: str = "",
     ) -> None:
-        """Report (when remote), log, count, then publish the result."""
-        execution_id = launch.scope.execution_id if launch else ""
+        """Report (when remote), log, count, then publish the result.
+
+        `execution_id` names the attempt when no launch record could be read.
+        """
+        execution_id = launch.scope.execution_id if launch else execution_id
         # A seat's first attempt (generation 1) replaces nobody: there is no recovery whose
         # outcome the controller waits for, so it has nothing to report.
         first_attempt = launch is not None and launch.scope.execution_generation == 1

@@ -16,7 +16,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import records
-from services.restorer import capturing
+from services.restorer import capturing, restoring
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import git_repos
 
@@ -130,12 +130,13 @@ async def test_unsafe_session_file_paths_are_refused(tmp_path: pathlib.Path, pat
 async def test_a_symlink_in_the_harness_home_leading_out_is_refused(tmp_path: pathlib.Path) -> None:
     """Session files are written without following a symlink out of the harness home: a
     planted `.claude/projects` link to another folder refuses the native restore before any
-    file is written (`invalid_record`), and the worktree stays untouched."""
+    file is written, and the worktree stays untouched. The reason names the real cause, the
+    harness home (the record is valid: not `invalid_record`)."""
     hostile = await _hostile(tmp_path)
     (hostile.scene.home / ".claude").mkdir()
     (hostile.scene.home / ".claude" / "projects").symlink_to(hostile.outside)
     before = hostile.scene.untouched()
-    await hostile.refused("invalid_record")
+    await hostile.refused(restoring.HOME_UNSAFE)
     assert hostile.scene.untouched() == before
     assert sorted(p.name for p in hostile.outside.iterdir()) == ["keep.txt"]
 

@@ -30,6 +30,8 @@ from services.restorer import capturing, launching
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import fake_harness, git_repos
 
+json_logs = kit.json_logs  # the fixture, visible to this module
+
 C = directives.Continuity
 NATIVE_STEPS_DONE = [("directive", "started"), ("directive", "done"), ("verify", "started")]
 
@@ -394,6 +396,22 @@ async def test_a_directive_whose_fields_disagree_is_refused_as_malformed(
     assert run.steps == [("directive", "started")]
     assert run.status.restore_outcomes_by_type["refused/malformed directive"] == 1
     assert world.scene.untouched() == before
+
+
+async def test_a_malformed_directive_is_logged_with_the_attempt_it_belongs_to(
+    world: World, json_logs: kit.JsonLogs
+) -> None:
+    """A refused malformed directive is logged with what is known: the scope's execution id,
+    read before the directive is judged (not an empty one)."""
+    raw = launching.to_json(world.scene.launch(world.directive()))
+    raw["directive"] = {"checkpoint_id": "ckpt-7", "recovery": "fresh"}
+    path = world.scene.tmp / "malformed.json"
+    path.write_text(json.dumps(raw))
+    run = await world.restore(launch_file=str(path))
+    assert run.reason.startswith("malformed directive: ")
+    [line] = json_logs.events("restore_refused")
+    assert line["execution_id"] == kit.REPLACEMENT.execution_id
+    assert line["reason"] == run.reason
 
 
 # --- helpers ---------------------------------------------------------------------------------
