@@ -2,14 +2,19 @@
 Redis itself.
 
     agentihooks swarm NAME status [--json]
-    agentihooks swarm NAME restore-decision SEAT resume|fresh [--agent AGENT]
+    agentihooks swarm NAME restore-decision SEAT resume|fresh [--agent AGENT] [--no-wait]
     agentihooks swarm NAME apply FILE
     agentihooks swarm NAME pause | unpause
     agentihooks swarm NAME events [--follow]
 
-The controller address comes from AGENTIHOOKS_CONTROL_ADDR (default 127.0.0.1:50051) and the
-credential from AGENTIHOOKS_TOKEN (an operator token or a master's credential), falling back to
-AGENTIHOOKS_OPERATOR_TOKEN.
+The controller address comes from --control or AGENTIHOOKS_CONTROL_ADDR (default
+127.0.0.1:50051) and the credential from AGENTIHOOKS_TOKEN (an operator token or a master's
+credential), falling back to AGENTIHOOKS_OPERATOR_TOKEN.
+
+Exit codes, for scripts: 0 done; 1 any other error; 2 usage; 3 refused (the controller's
+failed_precondition: for example no recovery decision is pending for this attempt); 4 forbidden
+or unauthenticated (forbidden_scope, a missing or wrong credential); 5 not found (no such
+swarm, seat or attempt); 6 the controller is unavailable or did not answer in time.
 """
 
 from __future__ import annotations
@@ -31,26 +36,101 @@ from services.cli import rendering
 
 DEFAULT_CONTROL_ADDR = "127.0.0.1:50051"
 IDLE_S = 1.0
+DEFAULT_WAIT_S = 120.0
 CHOICES = {"resume": types_pb2.CHOICE_RESUME, "fresh": types_pb2.CHOICE_FRESH}
 
 
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_FORBIDDEN = 4
+EXIT_NOT_FOUND = 5
+EXIT_UNAVAILABLE = 6
+
+_EXIT_BY_CODE = {
+    grpc.StatusCode.FAILED_PRECONDITION: EXIT_REFUSED,
+    grpc.StatusCode.ALREADY_EXISTS: EXIT_REFUSED,
+    grpc.StatusCode.PERMISSION_DENIED: EXIT_FORBIDDEN,
+    grpc.StatusCode.UNAUTHENTICATED: EXIT_FORBIDDEN,
+    grpc.StatusCode.NOT_FOUND: EXIT_NOT_FOUND,
+    grpc.StatusCode.UNAVAILABLE: EXIT_UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
+    grpc.StatusCode.INVALID_ARGUMENT: EXIT_USAGE,
+}
+
+EPILOG = """\
+NAME is the swarm's name, as its document declares it (`swarm:`); SEAT one of its seats.
+resume continues the fenced attempt from its newest complete, compatible checkpoint (native
+when the checkpoint and the attempt allow it, else reconstructed from the transcript); fresh
+starts a new conversation with no restored state.
+
+examples:
+  agentihooks swarm example status
+  agentihooks swarm example status --json
+  agentihooks swarm example restore-decision eng-2 resume
+  agentihooks swarm example restore-decision eng-2 fresh --agent master@example-1
+  agentihooks swarm example apply swarm.yaml
+  agentihooks swarm example events --follow
+
+environment: AGENTIHOOKS_CONTROL_ADDR (or --control), AGENTIHOOKS_TOKEN.
+exit codes: 0 done, 1 error, 2 usage, 3 refused, 4 forbidden or unauthenticated, 5 not found,
+6 controller unavailable.
+"""
+
+
 class CliError(Exception):
-    """A failure to show the operator as one line, with exit code 1."""
+    """A failure to show the operator as one line, with its exit code."""
+
+    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentihooks", description="Operate agent swarms.")
+    parser = argparse.ArgumentParser(
+        prog="agentihooks",
+        description="Operate agent swarms: fenced restore decisions.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--control", help="controller gRPC HOST:PORT (AGENTIHOOKS_CONTROL_ADDR)")
     top = parser.add_subparsers(dest="group", required=True)
-    swarm = top.add_parser("swarm", help="work with one swarm")
-    swarm.add_argument("swarm", metavar="NAME")
+    swarm = top.add_parser(
+        "swarm",
+        help="work with one swarm",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    swarm.add_argument("swarm", metavar="NAME", help="the swarm's name, as its document declares")
     cmds = swarm.add_subparsers(dest="command", required=True)
     status = cmds.add_parser("status", help="tasks, seats and handoff cards")
     status.add_argument("--json", action="store_true", help="print JSON")
-    decide = cmds.add_parser("restore-decision", help="choose resume or fresh for a seat")
-    decide.add_argument("seat")
-    decide.add_argument("choice", choices=sorted(CHOICES))
+    decide = cmds.add_parser(
+        "restore-decision",
+        help="choose resume or fresh for a seat awaiting a decision",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    decide.add_argument("seat", metavar="SEAT", help="the seat whose attempt awaits a decision")
+    decide.add_argument(
+        "choice",
+        choices=sorted(CHOICES),
+        help="resume: from the newest usable checkpoint; fresh: a new conversation",
+    )
     decide.add_argument("--agent", default="operator", help="the choosing agent (default operator)")
+    decide.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="kubernetes: only record the request (default: wait for the pass that applies it)",
+    )
+    decide.add_argument(
+        "--wait-timeout",
+        type=float,
+        default=DEFAULT_WAIT_S,
+        metavar="SECONDS",
+        help=f"kubernetes: how long to wait for that pass (default {DEFAULT_WAIT_S:g})",
+    )
     apply = cmds.add_parser("apply", help="declare or update the swarm from a YAML/JSON document")
     apply.add_argument("file", type=pathlib.Path)
     cmds.add_parser("pause", help="set the recovery-paused switch")
@@ -64,17 +144,25 @@ def _parser() -> argparse.ArgumentParser:
 def _token(env: Mapping[str, str]) -> str:
     token = env.get("AGENTIHOOKS_TOKEN") or env.get("AGENTIHOOKS_OPERATOR_TOKEN")
     if not token:
-        raise CliError("no credential: set AGENTIHOOKS_TOKEN (operator token or master credential)")
+        raise CliError(
+            "no credential: set AGENTIHOOKS_TOKEN (operator token or master credential)",
+            EXIT_FORBIDDEN,
+        )
     return token
 
 
-def _refusal(exc: grpc.aio.AioRpcError) -> CliError:
+def _refusal(exc: grpc.aio.AioRpcError, addr: str) -> CliError:
     code = exc.code()
+    exit_code = _EXIT_BY_CODE.get(code, EXIT_ERROR)
+    fix = f" at {addr}: check --control or AGENTIHOOKS_CONTROL_ADDR"
     if code == grpc.StatusCode.UNAVAILABLE:
-        return CliError(f"the controller is unavailable: {exc.details()}")
+        return CliError(f"the controller is unavailable{fix}", exit_code)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        return CliError("the controller did not answer in time")
-    return CliError(f"{exc.details()} ({code.name.lower()})")
+        return CliError(f"the controller did not answer in time{fix}", exit_code)
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        hint = "; check AGENTIHOOKS_TOKEN"
+        return CliError(f"{exc.details()} ({code.name.lower()}){hint}", exit_code)
+    return CliError(f"{exc.details()} ({code.name.lower()})", exit_code)
 
 
 async def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -85,7 +173,7 @@ async def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         try:
             return await _dispatch(stub, args, creds)
         except grpc.aio.AioRpcError as exc:
-            raise _refusal(exc) from None
+            raise _refusal(exc, addr) from None
 
 
 async def _dispatch(
@@ -115,9 +203,12 @@ async def _dispatch(
             verb = "recorded" if recorded.recorded else "already recorded"
             print(
                 f"{args.choice} for {recorded.execution_id} {verb}; "
-                "the controller applies it on its next pass"
+                "the controller applies it on its next pass",
+                flush=True,
             )
-            return 0
+            if args.no_wait:
+                return EXIT_OK
+            return await _await_pass(stub, swarm, recorded, creds, args.wait_timeout)
         answer = await stub.RestoreDecision(request, metadata=creds, timeout=30)
         print(rendering.decision_text(answer))
         return 0
@@ -125,7 +216,7 @@ async def _dispatch(
         try:
             document = args.file.read_text()
         except OSError as exc:
-            raise CliError(f"cannot read {args.file}: {exc.strerror}") from None
+            raise CliError(f"cannot read {args.file}: {exc.strerror}", EXIT_USAGE) from None
         applied = await stub.ApplySwarm(
             pb.ApplySwarmRequest(document=document), metadata=creds, timeout=30
         )
@@ -157,6 +248,49 @@ async def _dispatch(
     raise CliError(f"unknown command {args.command}")
 
 
+async def _await_pass(
+    stub: pb_grpc.RecoveryStub,
+    swarm: str,
+    recorded: pb.RequestRestoreDecisionResponse,
+    creds: Sequence[tuple[str, str]],
+    timeout_s: float,
+) -> int:
+    """Follow the swarm's events from just before the request until the pass that applied or
+    dropped it; print that outcome and return its exit code."""
+    execution = recorded.execution_id
+    stream = stub.WatchRecovery(
+        pb.WatchRecoveryRequest(swarm=swarm, after=recorded.since_event or "0-0"), metadata=creds
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for event in stream:
+                if event.execution_id != execution:
+                    continue
+                detail = json.loads(event.detail_json or "{}")
+                if event.kind == "recovery" and detail.get("decision") == "accepted":
+                    replacement = detail.get("replacement_execution_id") or "none"
+                    print(f"applied: {detail.get('choice')} accepted; replacement {replacement}")
+                    return EXIT_OK
+                if event.kind == "request" and detail.get("request") == "repeated":
+                    print(f"applied: {detail.get('choice')} was already accepted")
+                    return EXIT_OK
+                if event.kind == "request" and detail.get("request") == "refused":
+                    raise CliError(
+                        f"the request for {execution} was refused: {detail.get('message')}"
+                        f" ({detail.get('reason')})",
+                        EXIT_REFUSED,
+                    )
+    except TimeoutError:
+        raise CliError(
+            f"no pass applied the request within {timeout_s:g} s; it stays recorded"
+            " (see `agentihooks swarm NAME status`)",
+            EXIT_UNAVAILABLE,
+        ) from None
+    finally:
+        stream.cancel()
+    raise CliError("the controller ended the event stream", EXIT_UNAVAILABLE)
+
+
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> None:
     """Entry point of the `agentihooks` command."""
     args = _parser().parse_args(argv)
@@ -164,7 +298,7 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         code = asyncio.run(_run(args, env if env is not None else os.environ))
     except CliError as exc:
         print(f"agentihooks: {exc}", file=sys.stderr)
-        raise SystemExit(1) from None
+        raise SystemExit(exc.code) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
     raise SystemExit(code)

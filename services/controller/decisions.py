@@ -15,7 +15,7 @@ import hmac
 import logging
 
 from services.common import errors, logs
-from services.controller import deciding, replacing
+from services.controller import deciding, replacing, telemetry
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.decisions")
@@ -122,7 +122,12 @@ async def choose(
         if existing.choice is not choice:
             raise errors.Refused(deciding.NOT_PENDING)
         if request_field is not None:
-            await ctx.writer.drop_request(request_field)
+            await ctx.writer.drop_request(
+                request_field,
+                execution_id=execution,
+                seat=fence.seat,
+                detail=telemetry.detail(request="repeated", choice=choice.value),
+            )
         return Result(existing, repeated=True)
     fence = await replacing.finish_release(ctx, fence)
     found = await ctx.checkpoints.newest_compatible(fence.scope, ctx.worker_image)
@@ -232,7 +237,16 @@ async def apply_requests(ctx: replacing.Context) -> tuple[int, int]:
         except scripting.LeaseLost:
             raise
         except errors.Refusal as refusal:
-            await ctx.writer.drop_request(field)
+            await ctx.writer.drop_request(
+                field,
+                execution_id=request.execution_id,
+                detail=telemetry.detail(
+                    request="refused",
+                    choice=request.choice.value,
+                    reason=refusal.reason,
+                    message=refusal.message,
+                ),
+            )
             log.warning(
                 REFUSED_REQUEST,
                 request.execution_id,

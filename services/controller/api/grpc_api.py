@@ -127,6 +127,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         caller = await self._caller(context, swarm)
         choice = convert.choice(request.choice)
         recovery = await self._hub.recovery(swarm)
+        since = await telemetry.last_id(self._hub.client, swarm)
         recorded = await _core(
             recovery.request_restore_decision(target, choice, request.agent or None, caller)
         )
@@ -134,6 +135,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
             execution_id=recorded.execution_id,
             choice=convert.CHOICE_PB[recorded.choice],
             recorded=recorded.recorded,
+            since_event=since,
         )
 
     @rpc.handled

@@ -416,9 +416,17 @@ class Writer:
         )
         return bool(reply["status"] == "recorded")
 
-    async def drop_request(self, field: str) -> None:
-        """Drop a request the pass refused."""
-        await self._run("drop_request", [keys.requests(self.swarm)], [field])
+    async def drop_request(
+        self, field: str, *, execution_id: str = "", seat: str = "", detail: str = ""
+    ) -> None:
+        """Drop a request the pass refused or found already decided; with `execution_id`, in
+        the same write a `request` event says why (what a waiting CLI follows)."""
+        s = self.swarm
+        await self._run(
+            "drop_request",
+            [keys.requests(s), keys.events(s)],
+            [field, execution_id, s, seat, detail, self.now()],
+        )
 
     async def settle(self, seat: records.Seat) -> bool:
         """Take a seat with nothing left to do off the pass's attention set; False when the

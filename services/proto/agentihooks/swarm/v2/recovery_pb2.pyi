@@ -46,14 +46,16 @@ class RestoreDecisionResponse(_message.Message):
     def __init__(self, decision: _Optional[_Union[_types_pb2.Decision, _Mapping]] = ..., repeated: _Optional[bool] = ...) -> None: ...
 
 class RequestRestoreDecisionResponse(_message.Message):
-    __slots__ = ("execution_id", "choice", "recorded")
+    __slots__ = ("execution_id", "choice", "recorded", "since_event")
     EXECUTION_ID_FIELD_NUMBER: _ClassVar[int]
     CHOICE_FIELD_NUMBER: _ClassVar[int]
     RECORDED_FIELD_NUMBER: _ClassVar[int]
+    SINCE_EVENT_FIELD_NUMBER: _ClassVar[int]
     execution_id: str
     choice: _types_pb2.Choice
     recorded: bool
-    def __init__(self, execution_id: _Optional[str] = ..., choice: _Optional[_Union[_types_pb2.Choice, str]] = ..., recorded: _Optional[bool] = ...) -> None: ...
+    since_event: str
+    def __init__(self, execution_id: _Optional[str] = ..., choice: _Optional[_Union[_types_pb2.Choice, str]] = ..., recorded: _Optional[bool] = ..., since_event: _Optional[str] = ...) -> None: ...
 
 class GetSwarmStatusRequest(_message.Message):
     __slots__ = ("swarm",)
