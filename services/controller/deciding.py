@@ -6,6 +6,13 @@ session id, and the newest complete checkpoint compatible with the current worke
 native one; a superseded legacy spawn is replaced fresh while automation is on and not paused;
 everything else waits for the master or operator. `resume_plan` and `fresh_plan` are what the
 two choices pick. A directive whose fields disagree is never produced (`directives.checked`).
+
+A restore never reports more continuity than it delivered, so a checkpoint whose transcript
+holds no conversation record (watermark 0: a source-only capture before the first turn) offers
+no continuity: resume passes over it, it never makes the automatic resume condition true, and a
+card offers only fresh for it. `card_view` is what a handoff card shows: the offer worked out
+against the controller's current compatibility key (checkpoints are offered only when they were
+captured under the same compatibility key as the controller's current worker image tag).
 """
 
 from __future__ import annotations
@@ -72,18 +79,29 @@ class Plan:
     source: records.DecisionSource | None = None
 
 
+def holds_conversation(watermark: int | None) -> bool:
+    """Whether a transcript cursor names at least one conversation record (the watermark is the
+    number of records archived). Without one a checkpoint offers no continuity: restoring it
+    would report a conversation that was never restored."""
+    return watermark is not None and watermark >= 1
+
+
 def usable(checkpoints: Sequence[Checkpoint]) -> Checkpoint | None:
-    """The newest checkpoint a directive can name (listed newest first; one without a durable
-    watermark cannot be restored from and is passed over)."""
+    """The newest checkpoint a directive can name (listed newest first): one that holds at least
+    one conversation record. One without a durable watermark cannot be restored from, and one at
+    watermark 0 holds no conversation; both are passed over."""
     for checkpoint in checkpoints:
-        if checkpoint.watermark is not None and checkpoint.watermark >= 0:
+        if holds_conversation(checkpoint.watermark):
             return checkpoint
     return None
 
 
 def offer(fence: records.Fence, checkpoints: Sequence[Checkpoint]) -> records.Offer | None:
     """How a resume would continue: native when the newest usable checkpoint is native and the
-    attempt held a session id, else from context; None without a usable checkpoint."""
+    attempt held a session id, else from context; None without a usable checkpoint.
+
+    `checkpoints` are the attempt's complete checkpoints captured under the controller's
+    current compatibility key (its worker image tag), newest first."""
     newest = usable(checkpoints)
     if newest is None or newest.watermark is None:
         return None
@@ -99,8 +117,8 @@ def resume_plan(fence: records.Fence, checkpoints: Sequence[Checkpoint]) -> dire
     checkpoint whose session differs: `conversation_mismatch`).
 
     Raises:
-        errors.Refused: no usable checkpoint (`no complete compatible checkpoint to resume
-            from`); the seat keeps waiting.
+        errors.Refused: no usable checkpoint, that is none holding a conversation record
+            (`no complete compatible checkpoint to resume from`); the seat keeps waiting.
     """
     chosen = offer(fence, checkpoints)
     if chosen is None:
@@ -174,7 +192,10 @@ def decide(fence: records.Fence, checkpoints: Sequence[Checkpoint], switches: Sw
 
 def card_reason(reason: str, found: records.Offer | None) -> str:
     """The handoff card's reason: the failure and, with a verified checkpoint, how it would
-    continue and from which record, e.g. `oom_killed; native resume from ckpt-7 at record 412`."""
+    continue and from which record, e.g. `oom_killed; native resume from ckpt-7 at record 412`.
+
+    `found` must be the checkpoint the card offers (see `card_view`): a reason never names a
+    checkpoint the card does not offer."""
     if found is None:
         return reason
     how = (
@@ -187,7 +208,73 @@ def card_reason(reason: str, found: records.Offer | None) -> str:
 
 def resume_label(found: records.Offer | None) -> str:
     """`Resume native` when the checkpoint supports native resume and the attempt held a
-    session, `Continue from context` otherwise."""
-    if found is not None and found.continuity is directives.Continuity.NATIVE:
+    session, `Continue from context` otherwise; no label ("") when no resume is available."""
+    if found is None:
+        return ""
+    if found.continuity is directives.Continuity.NATIVE:
         return RESUME_NATIVE
     return CONTINUE_FROM_CONTEXT
+
+
+def offer_is_current(decision: records.Decision | None, compatibility_key: str) -> bool:
+    """Whether the offer recorded with a pending decision was worked out under
+    `compatibility_key`, the controller's current worker image tag. An offer recorded under
+    another key (the controller now runs another worker image), or before the key was recorded,
+    must be worked out again: checkpoints are offered only when they were captured under the
+    same compatibility key as the controller's current worker image tag."""
+    return decision is not None and decision.offer_key == compatibility_key
+
+
+def accepted_restore(decision: records.Decision) -> records.Offer | None:
+    """The checkpoint an accepted decision restores from, as a card names it: its directive's
+    checkpoint, continuity and watermark; None for a fresh decision."""
+    d = decision.directive
+    if d is None or d.checkpoint_id is None or d.watermark is None:
+        return None
+    if d.recovery is directives.Continuity.FRESH:
+        return None
+    return records.Offer(d.checkpoint_id, d.recovery, d.watermark)
+
+
+@dataclasses.dataclass(frozen=True)
+class CardView:
+    """What a handoff card shows of its offer."""
+
+    reason: str
+    checkpoint: str
+    resume_available: bool
+    resume_label: str
+
+
+def card_view(
+    failure: str, decision: records.Decision | None, current: records.Offer | None
+) -> CardView:
+    """The card of a fenced attempt (spec: "Choosing resume or fresh").
+
+    While the decision is pending, the card offers `current`, the offer worked out against the
+    controller's current compatibility key, when it holds a conversation record: the resume
+    control reads `Resume native` or `Continue from context` and the reason names how it would
+    continue and from which record. Without one the card offers only fresh: no resume label and
+    just the failure as the reason. Once a decision was accepted nothing is offered any more;
+    the card names the checkpoint the accepted directive restores from (none for fresh).
+
+    Args:
+        failure: The fence's reason.
+        decision: The fenced attempt's decision (None while none is recorded yet).
+        current: The offer under the current compatibility key (ignored once accepted).
+    """
+    if decision is not None and decision.state is records.DecisionState.ACCEPTED:
+        restored = accepted_restore(decision)
+        return CardView(
+            reason=card_reason(failure, restored),
+            checkpoint=restored.checkpoint_id if restored else "",
+            resume_available=False,
+            resume_label="",
+        )
+    offered = current if current is not None and holds_conversation(current.watermark) else None
+    return CardView(
+        reason=card_reason(failure, offered),
+        checkpoint=offered.checkpoint_id if offered else "",
+        resume_available=offered is not None,
+        resume_label=resume_label(offered),
+    )

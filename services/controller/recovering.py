@@ -33,6 +33,13 @@ refusal and launches the same execution again (same directive, execution id and 
 with a `recovery` event (`action: relaunch`). It relaunches once per disappearance: a relaunched
 attempt is held again only by a new refusal.
 
+Offers follow the worker image. A pending decision records the offer its card shows with the
+compatibility key (the controller's worker image tag) it was worked out under. When the
+controller now runs another worker image, the pass works the offer out again under the current
+key and records it (a `recovery` event with `action: reoffer`); it does not decide again, the
+decision stays recovery_pending. A card read before that pass works the offer out itself
+(`status`), so a card never offers a checkpoint that resume would refuse.
+
 Missing attempts. Every launched, current, unfenced attempt is expected in the runtime's list
 (`keys.expected`, read before the list so a launch during the pass is not counted). One that
 holds no refusal and is missing for `MISSING_PASSES` consecutive passes (two, so a Pod still
@@ -480,6 +487,10 @@ class Recovery:
             fence = await replacing.release_authority(self.ctx, fence, held=reads.execution)
             if reads.decision is None:
                 admission = await self._decide(fence, reads, report)
+            elif reads.decision.state is records.DecisionState.RECOVERY_PENDING and not (
+                deciding.offer_is_current(reads.decision, self.ctx.worker_image)
+            ):
+                await self._reoffer(fence, reads.decision)
         current: records.Seat | None
         expect: str
         if admission is not None and admission.seat is not None:
@@ -551,9 +562,59 @@ class Recovery:
             reason=fence.reason,
             offer=plan.offer.to_json() if plan.offer else None,
         )
-        if await self.writer.pend(fence, plan.offer, detail) == "pending":
+        if await self.writer.pend(fence, plan.offer, detail, self.ctx.worker_image) == "pending":
             report.pending.append(fence.execution_id)
         return None
+
+    async def current_offer(self, fence: records.Fence) -> records.Offer | None:
+        """The offer of a fenced attempt under the controller's current compatibility key: what
+        `resume` would pick now (the same listing `decisions.choose` reads)."""
+        found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
+        return deciding.offer(fence, found)
+
+    async def _reoffer(self, fence: records.Fence, pending: records.Decision) -> None:
+        """Record the pending decision's offer again, worked out under the current compatibility
+        key (the worker image changed since it was recorded, or it was recorded without its
+        key). Nothing is decided: the decision stays recovery_pending. When the checkpoint store
+        cannot be listed the next pass tries again; the seat's other steps go on (its card works
+        the offer out itself meanwhile)."""
+        try:
+            found = await self.current_offer(fence)
+        except Exception as exc:
+            logs.event(
+                log,
+                "reoffer_failed",
+                logging.WARNING,
+                swarm=self.swarm,
+                execution_id=fence.execution_id,
+                exception=type(exc).__name__,
+            )
+            return
+        detail = telemetry.detail(
+            decision=records.RECOVERY_PENDING,
+            action="reoffer",
+            reason=fence.reason,
+            offer=found.to_json() if found else None,
+            previous_offer=pending.offer.to_json() if pending.offer else None,
+        )
+        await self.writer.reoffer(fence, found, self.ctx.worker_image, detail)
+
+    async def _card_offer(self, fence: records.Fence) -> records.Offer | None:
+        """`current_offer` for a card whose recorded offer is not current. A read must not fail
+        on the checkpoint store: when it cannot be listed the card offers nothing (only fresh),
+        never more than resume would deliver."""
+        try:
+            return await self.current_offer(fence)
+        except Exception as exc:
+            logs.event(
+                log,
+                "card_offer_unavailable",
+                logging.WARNING,
+                swarm=self.swarm,
+                execution_id=fence.execution_id,
+                exception=type(exc).__name__,
+            )
+            return None
 
     async def run(
         self,
@@ -719,8 +780,13 @@ class Recovery:
         return await replacing.launch_record(self.ctx, caller)
 
     async def status(self) -> reading.SwarmStatus:
-        """Tasks, seats, handoff cards, pause state and counters (a read: no lease needed)."""
-        return await reading.status(self.client, self.swarm)
+        """Tasks, seats, handoff cards, pause state and counters (a read: no lease needed).
+
+        Each card's offer is the one under this controller's current compatibility key: the
+        recorded offer when it was worked out under that key, else worked out again now."""
+        return await reading.status(
+            self.client, self.swarm, self.ctx.worker_image, reoffer=self._card_offer
+        )
 
     async def restore_outcomes_by_type(self) -> dict[str, int]:
         """Verified outcomes counted as native, reconstructed and fresh."""

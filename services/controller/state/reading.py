@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -19,6 +19,10 @@ from services.controller.state import keys, records
 
 PENDING_CONTINUITY = "pending"
 """A card's continuity until the replacement reports its outcome."""
+
+Reoffer = Callable[[records.Fence], Awaitable[records.Offer | None]]
+"""Works out a fenced attempt's offer under the controller's current compatibility key (the
+caller lists the checkpoint store; this module only reads Redis)."""
 
 
 def _text(value: bytes | str) -> str:
@@ -273,20 +277,35 @@ class SwarmStatus:
         }
 
 
-async def card(client: aioredis.Redis, swarm: str, at: records.Seat) -> Card | None:
-    """The card of a seat whose attempt was fenced (its latest recovery), or None."""
+async def card(
+    client: aioredis.Redis,
+    swarm: str,
+    at: records.Seat,
+    compatibility_key: str,
+    reoffer: Reoffer | None = None,
+) -> Card | None:
+    """The card of a seat whose attempt was fenced (its latest recovery), or None.
+
+    While no decision was accepted, the card offers what resume would pick under
+    `compatibility_key`, the controller's current worker image tag: the recorded offer when it
+    was worked out under that key, else the one `reoffer` works out now (without `reoffer`,
+    nothing: the card offers only fresh). See `deciding.card_view`.
+    """
     if at.fenced_execution_id is None:
         return None
     fenced = await fence(client, swarm, at.fenced_execution_id)
     if fenced is None:
         return None
     chosen = await decision(client, swarm, fenced.execution_id)
-    offer = chosen.offer if chosen else None
     accepted = chosen is not None and chosen.state is records.DecisionState.ACCEPTED
-    checkpoint = offer.checkpoint_id if offer else ""
+    current: records.Offer | None = None
+    if chosen is not None and deciding.offer_is_current(chosen, compatibility_key):
+        current = chosen.offer
+    elif not accepted and reoffer is not None:
+        current = await reoffer(fenced)
+    view = deciding.card_view(fenced.reason, chosen, current)
     continuity, refused, replacement = PENDING_CONTINUITY, None, ""
     if accepted and chosen is not None:
-        checkpoint = (chosen.directive.checkpoint_id if chosen.directive else None) or ""
         replacement = chosen.replacement_execution_id or ""
         if replacement:
             reported = await outcome(client, swarm, replacement)
@@ -296,10 +315,10 @@ async def card(client: aioredis.Redis, swarm: str, at: records.Seat) -> Card | N
         seat=at.seat,
         execution_id=fenced.execution_id,
         failure=fenced.reason,
-        reason=deciding.card_reason(fenced.reason, offer),
-        checkpoint=checkpoint,
-        resume_available=offer is not None and not accepted,
-        resume_label=deciding.resume_label(offer),
+        reason=view.reason,
+        checkpoint=view.checkpoint,
+        resume_available=view.resume_available,
+        resume_label=view.resume_label,
         continuity=continuity,
         decision=chosen.state.value if chosen else records.RECOVERY_PENDING,
         replacement_execution_id=replacement,
@@ -307,15 +326,18 @@ async def card(client: aioredis.Redis, swarm: str, at: records.Seat) -> Card | N
     )
 
 
-async def status(client: aioredis.Redis, swarm: str) -> SwarmStatus:
-    """The swarm's status: tasks, seats, handoff cards, pause state and counters."""
+async def status(
+    client: aioredis.Redis, swarm: str, compatibility_key: str, reoffer: Reoffer | None = None
+) -> SwarmStatus:
+    """The swarm's status: tasks, seats, handoff cards, pause state and counters; the cards'
+    offers under `compatibility_key` (see `card`)."""
     all_seats = await seats(client, swarm)
     tasks, cards = [], []
     for at in all_seats:
         row = await task(client, swarm, at.task_id)
         if row is not None:
             tasks.append(row)
-        found = await card(client, swarm, at)
+        found = await card(client, swarm, at, compatibility_key, reoffer)
         if found is not None:
             cards.append(found)
     cfg = await config(client, swarm)

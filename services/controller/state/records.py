@@ -413,7 +413,11 @@ class Offer:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """The decision for one fenced attempt: pending, then accepted once."""
+    """The decision for one fenced attempt: pending, then accepted once.
+
+    `offer_key` is the compatibility key (the controller's worker image tag) the recorded offer
+    was worked out under; None for a decision recorded before the key was kept.
+    """
 
     execution_id: ExecutionId
     state: DecisionState
@@ -426,6 +430,7 @@ class Decision:
     replacement_execution_id: ExecutionId | None = None
     replacement_generation: int | None = None
     decided_at: str | None = None
+    offer_key: str | None = None
 
     @classmethod
     def from_hash(cls, h: Hash) -> Decision:
@@ -443,6 +448,7 @@ class Decision:
             replacement_execution_id=ExecutionId(repl) if repl else None,
             replacement_generation=_i(h, "replacement_generation"),
             decided_at=_s(h, "decided_at"),
+            offer_key=h.get("offer_key"),
         )
 
     def to_json(self) -> dict[str, Any]:

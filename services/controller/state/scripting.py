@@ -41,6 +41,7 @@ SCRIPT_NAMES: Final = (
     "fence",
     "release",
     "pend",
+    "reoffer",
     "accept",
     "launched",
     "capture",

@@ -180,8 +180,15 @@ class Writer:
         )
         return str(reply["status"])
 
-    async def pend(self, fence: records.Fence, offer: records.Offer | None, detail: str) -> str:
-        """Record that the fenced attempt awaits a decision: `pending`, `exists`, `no_fence`."""
+    async def pend(
+        self,
+        fence: records.Fence,
+        offer: records.Offer | None,
+        detail: str,
+        compatibility_key: str,
+    ) -> str:
+        """Record that the fenced attempt awaits a decision: `pending`, `exists`, `no_fence`.
+        The offer is recorded with the compatibility key it was worked out under."""
         s = self.swarm
         reply = await self._run(
             "pend",
@@ -194,6 +201,36 @@ class Writer:
             [
                 fence.execution_id,
                 json.dumps(offer.to_json()) if offer else "",
+                self.now(),
+                s,
+                detail,
+                compatibility_key,
+            ],
+        )
+        return str(reply["status"])
+
+    async def reoffer(
+        self,
+        fence: records.Fence,
+        offer: records.Offer | None,
+        compatibility_key: str,
+        detail: str,
+    ) -> str:
+        """Replace a pending decision's offer with one worked out under `compatibility_key`:
+        `reoffered`, `current` (already recorded under that key) or `not_pending`."""
+        s = self.swarm
+        reply = await self._run(
+            "reoffer",
+            [
+                keys.fence(s, fence.execution_id),
+                keys.decision(s, fence.execution_id),
+                keys.seat(s, fence.seat),
+                keys.events(s),
+            ],
+            [
+                fence.execution_id,
+                json.dumps(offer.to_json()) if offer else "",
+                compatibility_key,
                 self.now(),
                 s,
                 detail,

@@ -230,7 +230,7 @@ CONTEXT_OFFER = "Continue from context"
             _other_image_only,
             SESSION,
             OOM,
-            ("", False, CONTEXT_OFFER, "oom_killed"),
+            ("", False, "", "oom_killed"),
             id="checkpoint-of-another-image-tag",
         ),
     ],

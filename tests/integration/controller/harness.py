@@ -217,10 +217,15 @@ class Harness:
     ) -> records.Master:
         return records.Master(SWARM, agent, tokens.hash_secret(secret))
 
-    async def restart(self, hook: scripting.AfterWrite | None = None) -> recovering.Recovery:
-        """A new controller process: new Recovery, new holder; takes the lease when free."""
+    async def restart(
+        self, hook: scripting.AfterWrite | None = None, *, worker_image: str = IMAGE
+    ) -> recovering.Recovery:
+        """A new controller process: new Recovery, new holder; takes the lease when free.
+        `worker_image` is the new process's AGENTIHOOKS_WORKER_IMAGE."""
         await self.client.delete(keys.lease(SWARM))
-        self.recovery = new_recovery(self.client, self.runtime, self.checkpoints, hook=hook)
+        self.recovery = new_recovery(
+            self.client, self.runtime, self.checkpoints, hook=hook, worker_image=worker_image
+        )
         assert await self.recovery.lease.acquire()
         return self.recovery
 
@@ -232,6 +237,7 @@ def new_recovery(
     *,
     hook: scripting.AfterWrite | None = None,
     ttl_ms: int = 10_000,
+    worker_image: str = IMAGE,
 ) -> recovering.Recovery:
     source: replacing.CheckpointSource | None = checkpoints
     return recovering.Recovery(
@@ -239,7 +245,7 @@ def new_recovery(
         SWARM,
         runtime,
         grant_key=GRANT_KEY,
-        worker_image=IMAGE,
+        worker_image=worker_image,
         checkpoints=source,
         scripts=scripting.Scripts(client, after_write=hook),
         lease_ttl_ms=ttl_ms,

@@ -140,8 +140,11 @@ async def test_resume_reconstructed(waiting: h.Harness) -> None:
     waiting.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-7", native=False)]
     r = await waiting.recovery.restore_decision("eng-1", RESUME, None, records.Operator())
     assert r.decision.directive == directives.Directive("ckpt-7", C.RECONSTRUCTED, None, 412)
-    status = await waiting.recovery.status()
-    assert status.handoffs[0].resume_label == "Continue from context"
+    # Accepted: nothing is offered any more (no resume label); the card names the checkpoint
+    # the accepted directive restores from.
+    [card] = (await waiting.recovery.status()).handoffs
+    assert (card.resume_available, card.resume_label, card.checkpoint) == (False, "", "ckpt-7")
+    assert card.reason == "oom_killed; continuation from context from ckpt-7 at record 412"
 
 
 async def test_resume_refused_without_checkpoint_and_seat_keeps_waiting(

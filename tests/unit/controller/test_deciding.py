@@ -180,7 +180,7 @@ def test_fresh_names_no_checkpoint() -> None:
             "oom_killed; continuation from context from ckpt-7 at record 412",
             "Continue from context",
         ),
-        ([], fence(), "oom_killed", "Continue from context"),
+        ([], fence(), "oom_killed", ""),
     ],
 )
 def test_card_reason_and_resume_label(
@@ -188,10 +188,188 @@ def test_card_reason_and_resume_label(
 ) -> None:
     """Spec: the card's reason names the failure and, when a verified checkpoint exists, how it
     would continue and from which record (`oom_killed; native resume from ckpt-7 at record
-    412`); the control reads Resume native only for a native checkpoint and a held session."""
+    412`); the control reads Resume native only for a native checkpoint and a held session.
+    Without a resume to offer there is no label."""
     offer = deciding.offer(the_fence, found)
     assert deciding.card_reason(the_fence.reason, offer) == reason
     assert deciding.resume_label(offer) == label
+
+
+# A checkpoint whose transcript holds no conversation record offers no continuity.
+
+
+@pytest.mark.parametrize(
+    "found",
+    [
+        pytest.param([checkpoint(native=False, watermark=0)], id="source-only-at-record-0"),
+        pytest.param([checkpoint(watermark=0)], id="native-at-record-0"),
+        pytest.param(
+            [checkpoint("ckpt-8", native=False, watermark=0), checkpoint(watermark=None)],
+            id="record-0-and-no-watermark",
+        ),
+    ],
+)
+def test_a_checkpoint_without_a_conversation_record_is_not_usable(
+    found: list[ckpt.Summary],
+) -> None:
+    """A restore never reports more continuity than it delivered: a checkpoint whose transcript
+    holds no record (watermark 0) is not a usable checkpoint for resume (refused with the spec
+    message), offers nothing on the card, and never makes the automatic resume condition true."""
+    assert deciding.usable(found) is None
+    assert deciding.offer(fence(), found) is None
+    with pytest.raises(errors.Refused) as caught:
+        deciding.resume_plan(fence(), found)
+    assert caught.value.message == deciding.NO_CHECKPOINT
+    plan = deciding.decide(fence(), found, ON)
+    assert (plan.action, plan.offer) == (A.WAIT, None)
+    view = deciding.card_view("oom_killed", None, deciding.offer(fence(), found))
+    assert view == deciding.CardView("oom_killed", "", False, "")
+
+
+def test_resume_passes_over_newer_checkpoints_without_a_conversation_record() -> None:
+    """Resume picks the newest complete, compatible checkpoint that holds at least one
+    conversation record."""
+    found = [checkpoint("ckpt-9", native=False, watermark=0), checkpoint("ckpt-7", watermark=412)]
+    assert deciding.resume_plan(fence(), found) == directives.Directive(
+        "ckpt-7", C.NATIVE, "sess-1", 412
+    )
+    assert deciding.decide(fence(), found, ON).action is A.RESUME
+
+
+@pytest.mark.parametrize(
+    ("watermark", "holds"), [(None, False), (0, False), (1, True), (412, True)]
+)
+def test_holds_conversation_counts_records(watermark: int | None, holds: bool) -> None:
+    """The watermark is the number of conversation records archived (checkpoint schema)."""
+    assert deciding.holds_conversation(watermark) is holds
+
+
+# What a card offers.
+
+NATIVE_OFFER = records.Offer("ckpt-7", C.NATIVE, 412)
+CONTEXT_OFFER = records.Offer("ckpt-3", C.RECONSTRUCTED, 300)
+
+
+def pending(
+    offer: records.Offer | None = NATIVE_OFFER, key: str | None = "img:1"
+) -> records.Decision:
+    return records.Decision(
+        execution_id=records.ExecutionId("example.eng-2.1"),
+        state=records.DecisionState.RECOVERY_PENDING,
+        offer=offer,
+        controller_epoch=3,
+        offer_key=key,
+    )
+
+
+def accepted(
+    directive: directives.Directive, offer: records.Offer | None = NATIVE_OFFER
+) -> records.Decision:
+    return dataclasses.replace(
+        pending(offer),
+        state=records.DecisionState.ACCEPTED,
+        choice=(records.Choice.FRESH if directive.recovery is C.FRESH else records.Choice.RESUME),
+        directive=directive,
+        replacement_execution_id=records.ExecutionId("example.eng-2.2"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("decision", "current", "view"),
+    [
+        pytest.param(
+            pending(),
+            NATIVE_OFFER,
+            deciding.CardView(
+                "oom_killed; native resume from ckpt-7 at record 412",
+                "ckpt-7",
+                True,
+                "Resume native",
+            ),
+            id="pending-native",
+        ),
+        pytest.param(
+            pending(CONTEXT_OFFER),
+            CONTEXT_OFFER,
+            deciding.CardView(
+                "oom_killed; continuation from context from ckpt-3 at record 300",
+                "ckpt-3",
+                True,
+                "Continue from context",
+            ),
+            id="pending-context",
+        ),
+        pytest.param(
+            pending(),
+            None,
+            deciding.CardView("oom_killed", "", False, ""),
+            id="pending-nothing-under-the-current-key",
+        ),
+        pytest.param(
+            None,
+            None,
+            deciding.CardView("oom_killed", "", False, ""),
+            id="no-decision-yet",
+        ),
+        pytest.param(
+            pending(records.Offer("ckpt-1", C.RECONSTRUCTED, 0)),
+            records.Offer("ckpt-1", C.RECONSTRUCTED, 0),
+            deciding.CardView("oom_killed", "", False, ""),
+            id="recorded-offer-at-record-0",
+        ),
+        pytest.param(
+            accepted(directives.Directive("ckpt-7", C.NATIVE, "sess-1", 412)),
+            NATIVE_OFFER,
+            deciding.CardView(
+                "oom_killed; native resume from ckpt-7 at record 412", "ckpt-7", False, ""
+            ),
+            id="accepted-native",
+        ),
+        pytest.param(
+            accepted(directives.Directive("ckpt-7", C.RECONSTRUCTED, None, 412)),
+            NATIVE_OFFER,
+            deciding.CardView(
+                "oom_killed; continuation from context from ckpt-7 at record 412",
+                "ckpt-7",
+                False,
+                "",
+            ),
+            id="accepted-reconstructed",
+        ),
+        pytest.param(
+            accepted(directives.FRESH),
+            NATIVE_OFFER,
+            deciding.CardView("oom_killed", "", False, ""),
+            id="accepted-fresh-after-a-native-offer",
+        ),
+    ],
+)
+def test_card_view(
+    decision: records.Decision | None, current: records.Offer | None, view: deciding.CardView
+) -> None:
+    """Spec ("Choosing resume or fresh"): a pending card offers what resume would pick, with
+    its label and a reason naming that checkpoint; a card with no resume available carries no
+    label, and its reason never names a checkpoint the card does not offer (once accepted, only
+    the checkpoint the accepted directive restores from)."""
+    assert deciding.card_view("oom_killed", decision, current) == view
+
+
+@pytest.mark.parametrize(
+    ("decision", "current"),
+    [
+        (pending(key="img:1"), True),
+        (pending(key="img:0"), False),
+        (pending(key=None), False),
+        (None, False),
+    ],
+)
+def test_an_offer_is_current_only_under_the_controllers_compatibility_key(
+    decision: records.Decision | None, current: bool
+) -> None:
+    """Spec: checkpoints are offered only when they were captured under the same compatibility
+    key as the controller's current worker image tag; an offer recorded under another key (or
+    without one) is worked out again."""
+    assert deciding.offer_is_current(decision, "img:1") is current
 
 
 def test_rules_table_reads_in_spec_order() -> None:

@@ -105,6 +105,23 @@ def test_outcome_round_trips_and_uses_spec_words() -> None:
     assert o.to_json()["recovery"] == "native" and o.to_json()["verified"] is True
 
 
+def test_a_pending_decision_keeps_the_compatibility_key_of_its_offer() -> None:
+    """The offer is recorded with the worker image tag it was worked out under; a decision
+    recorded before that key was kept reads without one (its offer is worked out again)."""
+    offer = records.Offer("ckpt-7", C.NATIVE, 412)
+    h = {
+        "execution_id": "example.eng-2.1",
+        "state": "recovery_pending",
+        "controller_epoch": "3",
+        "offer": '{"checkpoint_id": "ckpt-7", "continuity": "native", "watermark": 412}',
+        "offer_key": "registry.local/agent-worker:1.4.2",
+    }
+    d = records.Decision.from_hash(h)
+    assert (d.offer, d.offer_key) == (offer, "registry.local/agent-worker:1.4.2")
+    del h["offer_key"]
+    assert records.Decision.from_hash(h).offer_key is None
+
+
 def test_text_hash_reads_bytes_replies() -> None:
     """redis-py without decode_responses answers bytes; records read both."""
     assert records.text_hash({b"a": b"1", "b": "2"}) == {"a": "1", "b": "2"}
