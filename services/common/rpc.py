@@ -11,14 +11,14 @@ import functools
 import inspect
 import logging
 import signal
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common import errors, logs
+from services.common import errors, logs, tokens
 
 REASON_KEY = "agentihooks-reason"
 log = logging.getLogger("services.rpc")
@@ -40,6 +40,63 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], refusal: errors.Ref
     """End the call with the refusal's status code, reason and message."""
     context.set_trailing_metadata(((REASON_KEY, refusal.reason),))
     await context.abort(STATUS[refusal.kind], refusal.message)
+
+
+Authenticator = Callable[[str | None], Awaitable[object]]
+"""Checks a bearer credential (None when the call carries none); raises an `errors.Refusal`."""
+
+
+class Authenticating(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Checks the credential of every call to `services` before anything else happens.
+
+    The handler never runs for a caller with no valid credential: no request is read,
+    validated or looked up, so a call with no credential and one with a forged credential get
+    the same answer whatever the request names. Health checking and reflection are not among
+    `services` (they need no credential).
+    """
+
+    def __init__(self, services: Iterable[str], authenticate: Authenticator) -> None:
+        self._services = frozenset(services)
+        self._authenticate = authenticate
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        service = details.method.lstrip("/").rpartition("/")[0]
+        if handler is None or service not in self._services:
+            return handler
+        metadata = {str(k).lower(): str(v) for k, v in details.invocation_metadata or ()}
+        try:
+            await self._authenticate(tokens.bearer(metadata))
+        except errors.Refusal as refusal:
+            return _refusing(handler, refusal)
+        return handler
+
+
+def _refusing(handler: grpc.RpcMethodHandler, refusal: errors.Refusal) -> grpc.RpcMethodHandler:
+    """A handler of the same shape as `handler` that only ends the call with `refusal`."""
+
+    async def unary(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await abort(context, refusal)
+
+    async def streaming(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        await abort(context, refusal)
+        yield None  # never reached: abort raises
+
+    serde = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if handler.request_streaming and handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(streaming, **serde)
+    if handler.request_streaming:
+        return grpc.stream_unary_rpc_method_handler(unary, **serde)
+    if handler.response_streaming:
+        return grpc.unary_stream_rpc_method_handler(streaming, **serde)
+    return grpc.unary_unary_rpc_method_handler(unary, **serde)
 
 
 def _report_unexpected(method: str, exc: BaseException) -> None:
@@ -99,19 +156,26 @@ Registrar = Callable[[grpc.aio.Server], None]
 
 
 async def start_server(
-    listen: str, registrars: Iterable[Registrar], service_names: Iterable[str]
+    listen: str,
+    registrars: Iterable[Registrar],
+    service_names: Iterable[str],
+    *,
+    authenticate: Authenticator | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a gRPC server with health checking and reflection; return it and its port.
 
-    `listen` is HOST:PORT; port 0 picks a free port (tests).
+    `listen` is HOST:PORT; port 0 picks a free port (tests). With `authenticate`, every call
+    to the named services is authenticated first (`Authenticating`).
     """
+    names = list(service_names)
+    interceptors = [] if authenticate is None else [Authenticating(names, authenticate)]
     server = grpc.aio.server(
+        interceptors=interceptors,
         options=[
             ("grpc.max_receive_message_length", 8 * 1024 * 1024),
             ("grpc.max_send_message_length", 8 * 1024 * 1024),
-        ]
+        ],
     )
-    names = list(service_names)
     for register in registrars:
         register(server)
     health_servicer = health.aio.HealthServicer()

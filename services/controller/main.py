@@ -112,7 +112,10 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
             )
             service = grpc_api.RecoveryService(hub)
             server, port = await rpc.start_server(
-                conf.listen, [service.register], [grpc_api.SERVICE_NAME]
+                conf.listen,
+                [service.register],
+                [grpc_api.SERVICE_NAME],
+                authenticate=service.authenticate,
             )
             runner, http_port = await http_api.start_http(hub, conf.http)
             await hub.start()

@@ -192,7 +192,9 @@ async def start_controller(
         runtime_name="kubernetes",
     )
     service = grpc_api.RecoveryService(hub)
-    server, port = await rpc.start_server(listen, [service.register], [grpc_api.SERVICE_NAME])
+    server, port = await rpc.start_server(
+        listen, [service.register], [grpc_api.SERVICE_NAME], authenticate=service.authenticate
+    )
     await hub.start()
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
     ctl = Controller(

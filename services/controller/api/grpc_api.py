@@ -47,6 +47,12 @@ def _worker(caller: records.Principal) -> records.Worker:
     return caller
 
 
+def _named_swarm(request: pb.RestoreDecisionRequest) -> str | None:
+    """The swarm a decision request names, as far as it names one (not yet validated): whose
+    masters to look the caller up among first."""
+    return request.swarm or keys.swarm_of(request.execution_id) or None
+
+
 async def _core(call: Any) -> Any:
     """Await a core call, turning a lost lease into UNAVAILABLE."""
     try:
@@ -66,6 +72,11 @@ class RecoveryService(pb_grpc.RecoveryServicer):
 
     def register(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_RecoveryServicer_to_server(self, server)
+
+    async def authenticate(self, token: str | None) -> None:
+        """Who the caller is, checked before any request is read (`rpc.Authenticating`):
+        unauthenticated for no or an unknown credential, forbidden_scope for a revoked one."""
+        await self._hub.principal(token, None)
 
     async def _caller(self, context: Context, swarm: str | None) -> records.Principal:
         return await self._hub.principal(tokens.bearer(rpc.metadata(context)), swarm)
@@ -108,8 +119,8 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def RestoreDecision(
         self, request: pb.RestoreDecisionRequest, context: Context
     ) -> pb.RestoreDecisionResponse:
+        caller = await self._caller(context, _named_swarm(request))
         swarm, target = await self._target(request)
-        caller = await self._caller(context, swarm)
         choice = convert.choice(request.choice)
         recovery = await self._hub.recovery(swarm)
         result = await _core(
@@ -123,8 +134,8 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def RequestRestoreDecision(
         self, request: pb.RestoreDecisionRequest, context: Context
     ) -> pb.RequestRestoreDecisionResponse:
+        caller = await self._caller(context, _named_swarm(request))
         swarm, target = await self._target(request)
-        caller = await self._caller(context, swarm)
         choice = convert.choice(request.choice)
         recovery = await self._hub.recovery(swarm)
         since = await telemetry.last_id(self._hub.client, swarm)

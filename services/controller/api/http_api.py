@@ -104,6 +104,21 @@ async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return _json({"reason": "internal", "message": "internal error"}, 500)
 
 
+AUTHENTICATED_PREFIX = "/v1/"
+"""The API routes: each checks the caller's credential before anything else."""
+
+
+@web.middleware
+async def _authenticated(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Check the bearer credential of every API call before its route, body or names are
+    looked at: no credential and a forged one get the same answer whatever the call names
+    (an unknown execution is not told apart from a known one)."""
+    if request.path.startswith(AUTHENTICATED_PREFIX):
+        token = tokens.bearer({"authorization": request.headers.get("Authorization", "")})
+        await request.app[HUB].principal(token, None)
+    return await handler(request)
+
+
 # Callers and bodies.
 
 
@@ -303,7 +318,7 @@ async def ledger(request: web.Request) -> web.Response:
 
 def make_app(hub: controller_hub.Hub) -> web.Application:
     """The controller's HTTP application over `hub`."""
-    app = web.Application(middlewares=[_errors], client_max_size=MAX_BODY_BYTES)
+    app = web.Application(middlewares=[_errors, _authenticated], client_max_size=MAX_BODY_BYTES)
     app[HUB] = hub
     app.router.add_post("/v1/executions/{execution}/restore-decision", restore_decision)
     app.router.add_get("/v1/swarms/{swarm}/status", swarm_status)
