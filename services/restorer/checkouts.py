@@ -20,8 +20,12 @@ import os
 import pathlib
 import secrets
 import shutil
+import signal
 
 from services.restorer import source
+
+_REMOVE_TRIES = 20
+_REMOVE_PAUSE_S = 0.05
 
 _GIT_CONFIG = (
     "core.hooksPath=/dev/null",
@@ -51,24 +55,41 @@ async def clone(target: pathlib.Path, repository: str, *, checkout: bool = True)
     if not checkout:
         args.append("--no-checkout")
     args += ["--", repository, str(target)]
-    try:
-        process = await asyncio.create_subprocess_exec(
+    # Its own process group: git clone runs helpers (index-pack, upload-pack) that a stopped
+    # clone must not leave writing into the target.
+    spawn = asyncio.ensure_future(
+        asyncio.create_subprocess_exec(
             *args,
             cwd=target.parent,
             env=source.git_environment(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
         )
+    )
+    try:
+        # Shielded: a cancel that lands while the process is being started must still find
+        # (and stop) the process the start produced.
+        process = await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _stop(await spawn)
+        raise
     except OSError:
         return False
     try:
         return await process.wait() == 0
     except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            process.kill()
-        await process.wait()
+        await _stop(process)
         raise
+
+
+async def _stop(process: asyncio.subprocess.Process) -> None:
+    """Kill a clone and every helper it started, and reap it."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    await process.wait()
 
 
 class EarlyClone:
@@ -106,7 +127,13 @@ class EarlyClone:
             self._task.cancel()
         with contextlib.suppress(BaseException):
             await self._task
-        await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+        # A helper killed with the clone may finish the write it was in: remove again until
+        # nothing is left (a bounded number of times).
+        for _ in range(_REMOVE_TRIES):
+            await asyncio.to_thread(shutil.rmtree, self._scratch, True)
+            if not os.path.lexists(self._scratch):
+                return
+            await asyncio.sleep(_REMOVE_PAUSE_S)
 
 
 def _move_in(repository: pathlib.Path, worktree: pathlib.Path) -> bool:

@@ -52,7 +52,16 @@ async def test_status_json_exits_0_with_the_documented_fields(controller: cs.Con
     assert ran.code == cli.EXIT_OK, ran.err
     status = json.loads(ran.out)
     assert status["swarm"] == "example"
-    assert {"tasks", "seats", "handoffs", "paused"} <= set(status)
+    assert set(status) == {
+        "swarm",
+        "paused",
+        "runtime",
+        "tasks",
+        "seats",
+        "handoffs",
+        "restore_outcomes_by_type",
+    }
+    assert set(status["seats"][0]) == {"seat", "execution_id", "generation", "state"}
 
 
 async def test_usage_errors_exit_2(controller: cs.Controller) -> None:

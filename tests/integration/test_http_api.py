@@ -472,9 +472,13 @@ async def test_an_unknown_execution_is_404(
 async def test_unknown_routes_and_methods_answer_json(
     served: Served, http: aiohttp.ClientSession
 ) -> None:
-    """Every error is `{"reason", "message"}` JSON, never an HTML page or a traceback."""
+    """Every error is `{"reason", "message"}` JSON, never an HTML page or a traceback. (An
+    authenticated caller; without a credential every /v1/ call is 401 first.)"""
     assert (await get(http, f"{served.url}/v1/nothing-here"))[0] == 404
-    async with http.get(f"{served.url}/v1/executions/{first('eng-1')}/restore-decision") as r:
+    async with http.get(
+        f"{served.url}/v1/executions/{first('eng-1')}/restore-decision",
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+    ) as r:
         assert r.status == 405 and "POST" in r.headers["Allow"]
         assert (await r.json())["reason"] == "method_not_allowed"
 

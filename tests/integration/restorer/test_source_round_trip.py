@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import errno
+import os
 import pathlib
 
 import pytest
 
-from services.restorer import paths, source
+from services.restorer import checkouts, paths, source
 from tests.support import git_repos
 
 pytestmark = pytest.mark.usefixtures("usual_umask")
@@ -212,3 +214,25 @@ async def test_hostile_untracked_paths_are_not_even_staged(tmp_path: pathlib.Pat
     await staged.discard()
     assert list(attempt.iterdir()) == []
     assert not (tmp_path / "escape").exists()
+
+
+async def test_a_stopped_early_clone_leaves_nothing_behind(tmp_path: pathlib.Path) -> None:
+    """An early clone stopped at any moment (even while git is being started, or while its
+    index-pack helper is still writing) leaves no scratch folder and no git process writing
+    one: a refused restore discards it."""
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git_repos.git(origin, "init", "-q")
+    # Big enough that the clone's helpers are still at work when it is stopped.
+    (origin / "blob.bin").write_bytes(os.urandom(24 * 1024 * 1024))
+    git_repos.git(origin, "add", "blob.bin")
+    git_repos.git(origin, "commit", "-q", "-m", "big")
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    for delay in (0.0, 0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4):
+        early = checkouts.EarlyClone(attempt, origin.as_uri())
+        await asyncio.sleep(delay)
+        await early.discard()
+        # A helper left running would go on writing its folder: give it a moment to show.
+        await asyncio.sleep(0.3)
+        assert list(attempt.iterdir()) == [], f"left behind after {delay} s"
