@@ -23,11 +23,11 @@ async def slow_passes(
     redis_server: redis_server.RedisServer,
     k8s_emulator: k8s_emulator.K8sEmulator,
 ) -> AsyncIterator[cs.Controller]:
-    """A controller whose listing passes run only every 60 s (after the first ones): whatever
-    happens sooner was the watch's doing."""
+    """A controller whose listing passes run only every 600 s (after the first ones), longer than
+    any wait of these tests: whatever happens in them was the watch's doing."""
     root = await cs.empty_state(redis_server.url, tmp_path)
     ctl, server = await cs.start_controller(
-        redis_server.url, k8s_emulator, root, pass_interval_s=60.0
+        redis_server.url, k8s_emulator, root, pass_interval_s=600.0
     )
     try:
         yield ctl
@@ -39,16 +39,14 @@ async def test_a_failure_the_watch_reports_is_recovered_without_listing_the_swar
     slow_passes: cs.Controller,
 ) -> None:
     """A worker OOMKilled between passes is fenced, released, decided and replaced from the
-    watch event alone: no list call, the replacement Pod within a second, and the lost Pod
-    deleted once its replacement exists. (Legacy spawns: "Limitations" replaces them fresh
+    watch event alone: no list call and no listing pass (the replacement comes long before
+    the next one could), and the lost Pod deleted once its replacement exists. How fast is
+    measured by bench/reconcile.py, not here. (Legacy spawns: "Limitations" replaces them fresh
     without a choice.)"""
     ctl = slow_passes
     lists = await applied(ctl, cs.document(legacy=True))
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     ctl.fail(FIRST, cs.terminated("OOMKilled", 137))
-    await cs.wait_for_pod(ctl, SECOND, timeout=1.0)
-    assert loop.time() - started < 1.0
+    await cs.wait_for_pod(ctl, SECOND)
     assert ctl.emulator.calls["list pods"] == lists, "the fast path listed the swarm"
     fence = await reading.fence(ctl.redis, "example", FIRST)
     assert fence is not None and fence.reason == "oom_killed"
@@ -75,8 +73,8 @@ async def test_a_worker_deleted_from_under_the_controller_wakes_a_listing_pass(
     slow_passes: cs.Controller,
 ) -> None:
     """A Pod deleted from outside leaves no failed status on the watch: that is for a listing
-    pass, and the watch wakes one at once, 60 s early. The pass fences the attempt from the
-    last state the watch saw (a Pod that never finished: application_exit)."""
+    pass, and the watch wakes one at once, long before the next one is due. The pass fences the
+    attempt from the last state the watch saw (a Pod that never finished: application_exit)."""
     ctl = slow_passes
     lists = await applied(ctl, cs.document())
     pod = ctl.pod_of(FIRST)

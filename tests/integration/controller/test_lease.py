@@ -141,6 +141,6 @@ async def test_run_loop_takes_the_lease_and_reacts_to_failures(
 
     await eventually(fenced)
     stop.set()
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, 120)
     assert await redis_client.get(keys.lease(SWARM)) is None
     assert second("eng-1") not in hx.runtime.specs  # no checkpoint: it waits for a decision
