@@ -9,11 +9,18 @@ shows what an operator sees:
 - eng-2 crashes before any conversation; it waits for a decision (fresh only); the operator
   chooses fresh with the CLI; the replacement reports `fresh`.
 
-Everything lives in `.demo/` (logs, checkpoints, worker folders) and is stopped at the end.
+Everything lives in `.demo/` (logs, checkpoints, worker folders). Then the system stays up for
+you to explore: the ledger page's address and a file of `export` lines for the CLI are printed,
+and Ctrl-C stops everything cleanly. The services take their usual ports (controller 50051 and
+8080, store 50052, Redis 6390) when those are free, else free ones, and say which.
+
+`DEMO_EXIT=1` (or `--exit`) runs the story to the end and exits, for scripts; `DEMO_PORTS=free`
+(or `--free-ports`) takes free ports only.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pathlib
@@ -32,10 +39,19 @@ SWARM = "demo"
 IMAGE = "agentihooks-worker:demo"
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+USUAL_PORTS = {"control": 50051, "http": 8080, "store": 50052, "redis": 6390}
+
+
+def _port(usual: int = 0) -> int:
+    """`usual` when it is free on 127.0.0.1, else a free port."""
+    for candidate in (usual, 0) if usual else (0,):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise SystemExit("demo: no free port on 127.0.0.1")
 
 
 def _wait_port(port: int, what: str, proc: subprocess.Popen[bytes], log: pathlib.Path) -> None:
@@ -87,14 +103,15 @@ def _agent_bin() -> pathlib.Path:
 
 
 class Demo:
-    def __init__(self) -> None:
+    def __init__(self, *, usual_ports: bool) -> None:
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
         self.operator_token = secrets.token_urlsafe(24)
         self.grant_key = secrets.token_urlsafe(48)
-        self.control_port = _port()
-        self.http_port = _port()
-        self.store_port = _port()
-        self.redis_port = _port()
+        ports = USUAL_PORTS if usual_ports else dict.fromkeys(USUAL_PORTS, 0)
+        self.control_port = _port(ports["control"])
+        self.http_port = _port(ports["http"])
+        self.store_port = _port(ports["store"])
+        self.redis_port = _port(ports["redis"])
 
     def start(self, name: str, argv: list[str], env: Mapping[str, str], port: int) -> None:
         log = ROOT / f"{name}.log"
@@ -163,14 +180,65 @@ def _card(status: dict[str, Any], seat: str) -> dict[str, Any] | None:
     return cards[-1] if cards else None
 
 
-def main() -> None:
+def _stay_up(demo: Demo) -> None:
+    """Print where everything is, then keep it running until Ctrl-C or SIGTERM."""
+    env_file = ROOT / "env"
+    env_file.write_text(
+        f"export AGENTIHOOKS_CONTROL_ADDR=127.0.0.1:{demo.control_port}\n"
+        f"export AGENTIHOOKS_TOKEN={demo.operator_token}\n"
+        f"export CONTROL_URL=http://127.0.0.1:{demo.http_port}\n"
+        f"export OPERATOR_TOKEN=$AGENTIHOOKS_TOKEN\n"
+    )
+    env_file.chmod(0o600)
+    print(
+        f"""
+The system stays up. In another terminal:
+
+  source {env_file.relative_to(ROOT.parent)}     # the CLI's address and the operator token
+  agentihooks swarm {SWARM} status
+  agentihooks swarm {SWARM} events
+  grpcurl -plaintext 127.0.0.1:{demo.control_port} list
+
+Ledger page: http://127.0.0.1:{demo.http_port}/swarms/{SWARM}/ledger
+  (it asks for the operator token once: `grep TOKEN {env_file.relative_to(ROOT.parent)}`)
+
+Press Ctrl-C to stop everything.""",
+        flush=True,
+    )
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while not stopping:
+            for name, proc in demo.procs:
+                if proc.poll() is not None:
+                    print(f"\ndemo: {name} exited (code {proc.returncode}); see {ROOT}/{name}.log")
+                    return
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--exit", action="store_true", help="exit at the end (DEMO_EXIT=1)")
+    parser.add_argument(
+        "--free-ports", action="store_true", help="free ports only (DEMO_PORTS=free)"
+    )
+    args = parser.parse_args(argv)
+    exit_at_end = args.exit or os.environ.get("DEMO_EXIT", "") not in ("", "0")
+    usual_ports = not (args.free_ports or os.environ.get("DEMO_PORTS") == "free")
     redis = shutil.which("redis-server")
     if redis is None:
         raise SystemExit("demo: redis-server is not installed (make setup installs it)")
     if ROOT.exists():
         shutil.rmtree(ROOT)
     ROOT.mkdir()
-    demo = Demo()
+    demo = Demo(usual_ports=usual_ports)
     print("Starting the embedded default: local Redis, local checkpoint folder, local workers")
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIHOOKS_")}
     common = {
@@ -295,6 +363,10 @@ seats:
         if not ok:
             raise SystemExit(f"demo: the recovery did not end as expected; logs are in {ROOT}")
         print("\ndemo finished: one native resume, one fresh replacement, nothing lost.")
+        if not exit_at_end:
+            _stay_up(demo)
+    except KeyboardInterrupt:
+        print("\ninterrupted")
     finally:
         print("\nStopping the demo's services.")
         demo.stop()
