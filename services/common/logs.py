@@ -32,16 +32,28 @@ class JsonFormatter(logging.Formatter):
         self.service = service
 
     def format(self, record: logging.LogRecord) -> str:
+        """Every line carries `time` (UTC, RFC 3339), `level` and `service`. An event line
+        starts with its own fields (`{"event": "restore_verified", "execution_id": …}` reads as
+        the spec writes it) and ends with those three; any other line is `time`, `level`,
+        `service`, `logger`, `message` and its extra fields."""
         fields: dict[str, Any] = getattr(record, "fields", None) or {}
+        stamp = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(
+                timespec="milliseconds"
+            ),
+            "level": record.levelname.lower(),
+            "service": self.service,
+        }
         out: dict[str, Any] = {}
         if "event" not in fields:
-            out["time"] = datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat()
-            out["level"] = record.levelname.lower()
-            out["service"] = self.service
+            out.update(stamp)
             out["logger"] = record.name
             out["message"] = scrub(record.getMessage())
         for key, value in fields.items():
             out[key] = scrub(value) if isinstance(value, str) else value
+        if "event" in fields:
+            for key, value in stamp.items():
+                out.setdefault(key, value)
         if record.exc_info and record.exc_info[0] is not None:
             # The exception's type only: its message may hold values we must not log.
             out["exception"] = record.exc_info[0].__name__

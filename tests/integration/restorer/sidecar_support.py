@@ -474,6 +474,9 @@ async def start_recovery(credential: str) -> tuple[RecoveryDouble, str, Callable
 # --- logs ----------------------------------------------------------------------------------
 
 
+STAMP = frozenset({"time", "level", "service"})
+
+
 class JsonLogs:
     """Every log record of the process as the JSON lines the restorer would print."""
 
@@ -483,7 +486,15 @@ class JsonLogs:
         self.handler.setFormatter(logs.JsonFormatter("restorer"))
 
     def lines(self) -> list[dict[str, Any]]:
-        return [json.loads(line) for line in self.stream.getvalue().splitlines() if line]
+        """Each line as printed, less its `time`, `level` and `service` (which every line
+        must carry: checked here), so a test compares the line's own fields."""
+        out = []
+        for line in self.stream.getvalue().splitlines():
+            if line:
+                parsed = json.loads(line)
+                assert {"time", "level", "service"} <= set(parsed), line
+                out.append({k: v for k, v in parsed.items() if k not in STAMP})
+        return out
 
     def text(self) -> str:
         return self.stream.getvalue()

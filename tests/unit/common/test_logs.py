@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import logging
@@ -26,3 +27,25 @@ def test_event_lines_are_json_and_scrub_tokens() -> None:
     assert token not in stream.getvalue()
     assert logs.REDACTED in lines[1]["message"]
     logging.getLogger().handlers.clear()
+
+
+def test_every_line_has_time_level_and_service_and_events_keep_their_shape() -> None:
+    """One line shape: a timestamp, a level and the service on every line, events included;
+    an event line still begins with its own fields, as the spec writes `restore_verified`."""
+    stream = io.StringIO()
+    logger = logging.getLogger("test.shape")
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logs.JsonFormatter("restorer"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        logs.event(logger, "restore_verified", execution_id="e-42", recovery="native")
+        logger.warning("plain words")
+    finally:
+        logger.removeHandler(handler)
+    event, plain = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert list(event)[:3] == ["event", "execution_id", "recovery"]
+    for line, level in ((event, "info"), (plain, "warning")):
+        assert line["level"] == level and line["service"] == "restorer"
+        assert datetime.datetime.fromisoformat(line["time"]).tzinfo is not None
+    assert plain["message"] == "plain words"
