@@ -1,0 +1,2396 @@
+"""A kubelet (and a trivial scheduler) for the Kubernetes API emulator: Pods run as real processes.
+
+`Kubelet` plays one node against an API server's REST API only (aiohttp, the way a real kubelet
+talks to the API server): it registers its Node (``Ready`` True), watches the Pods bound to it
+(``fieldSelector=spec.nodeName=<node>``), reads Secrets, writes each Pod's status through
+``pods/{name}/status`` and finishes graceful deletions with a delete at grace 0. `Scheduler`
+binds unbound Pods to a ready node through the Pod ``/binding`` subresource.
+
+What a Pod gets, as the kubelet and a container runtime would give it:
+
+- The "image" is this machine with this project installed: ``command`` + ``args`` run as given
+  (there is no image entrypoint); ``PATH`` is the venv's ``bin`` (so ``python3`` and the
+  project's console scripts such as ``agentihooks-restorer`` resolve) then
+  ``/usr/local/bin:/usr/bin:/bin``; ``HOSTNAME`` is the Pod name and ``HOME`` the user's home from
+  /etc/passwd (``/`` when it has none), unless ``env`` sets them. ``env`` takes ``value`` (with
+  ``$(VAR)`` expansion), ``valueFrom.secretKeyRef``, ``fieldRef`` and ``resourceFieldRef``;
+  ``envFrom`` takes ``secretRef``. A missing Secret or key leaves the container ``waiting`` with
+  reason ``CreateContainerConfigError`` (retried every ``config_retry`` seconds, so it starts once
+  the Secret appears); so does ``runAsNonRoot`` with user 0. ``workingDir`` is created if missing.
+- Each Pod has a mount namespace and a UTS namespace (``unshare --mount --uts --propagation
+  private``, held by a sandbox process as the pause container holds a real Pod's namespaces; the
+  hostname is the Pod's name). Inside it every container gets
+  its own root: a tmpfs holding bind mounts of the host's top-level entries, with the container's
+  volume mounts bound on top, and its processes ``chroot`` there. A mount path missing on the
+  host is made inside tmpfs copies of its parent folders (each entry bound from the host), so
+  nothing is created, mounted over or changed on the host; every mount lives in the namespace and
+  disappears with it. Volumes: ``emptyDir`` (a folder per Pod under the kubelet's root, mode 0777,
+  group ``fsGroup``; ``medium: Memory`` is a tmpfs in the namespace), ``secret`` (files from the
+  Secret's data, mode ``defaultMode``/``items[].mode``, 0644 by default, mounted read-only) and
+  ``hostPath``; ``readOnly`` and ``subPath`` mounts. The containers of a Pod share a volume's
+  folder, so they see the same contents. Image paths (the project, its venv, the Python
+  installation) stay traversable by any user, and stay visible under a volume mounted on one of
+  their parents (such as the worker template's ``/work``): they are bound back over the volume,
+  which then shows an empty mount-point folder for them.
+- ``securityContext``: ``runAsUser``/``runAsGroup`` (setuid/setgid, from the container or the
+  Pod), ``fsGroup`` and ``supplementalGroups`` as supplementary groups, ``runAsNonRoot``,
+  ``allowPrivilegeEscalation: false`` (no_new_privs). Capabilities, seccomp and
+  ``readOnlyRootFilesystem`` are not applied.
+- Each container runs in a cgroup v1 memory cgroup under this process's own, with
+  ``memory.limit_in_bytes`` (and ``memory.memsw.limit_in_bytes``: no swap beyond it) from
+  ``resources.limits.memory``. A container the kernel OOM-killed (the cgroup's ``oom_kill`` count)
+  is reported ``terminated`` with reason ``OOMKilled``. When a container's main process ends,
+  whatever is left in its cgroup is killed and the cgroup removed.
+- Order: init containers with ``restartPolicy: Always`` (native sidecars) start and keep running
+  (restarted with back-off when they exit, counting ``restartCount``); the next init container,
+  and the main containers, start once the sidecar has started (its ``startupProbe`` passed; without
+  one, once its process runs). Ordinary init containers run to completion in order. Probes
+  (startup, readiness, liveness): ``exec`` (in the container), ``tcpSocket``, ``httpGet``, ``grpc``
+  (the gRPC health service), on 127.0.0.1. Restart policies ``Never``, ``OnFailure`` and ``Always``
+  (back-off ``backoff``: ``CrashLoopBackOff`` while waiting). Once every main container has
+  terminated for good, the sidecars get SIGTERM in reverse order (SIGKILL after
+  ``terminationGracePeriodSeconds``) and the phase becomes ``Succeeded`` or ``Failed``.
+- Deletion: a Pod with a ``deletionTimestamp`` has its main containers sent SIGTERM, then its
+  sidecars, and what still runs when ``deletionGracePeriodSeconds`` ran out gets SIGKILL; the
+  terminal status is written, then the kubelet deletes the Pod at grace 0 (precondition: its uid).
+  The emulator keeps gracefully deleted Pods only with ``hold_deletions`` (set by the fixture, as
+  a real API server does for every Pod bound to a node); a Pod removed at once is killed within
+  two seconds.
+- Status as a kubelet writes it: ``phase``, ``conditions`` (PodReadyToStartContainers,
+  Initialized, ContainersReady, Ready, PodScheduled; conditions written by others are kept),
+  ``containerStatuses``/``initContainerStatuses`` (``state``, ``lastState``, ``ready``,
+  ``started``, ``restartCount``, ``image``, ``imageID``, ``containerID``, ``name``), ``startTime``,
+  ``hostIP``/``podIP`` 127.0.0.1.
+- `Kubelet.stop` freezes the node (the node's cgroup v1 freezer, else SIGSTOP to each process
+  group), stops the kubelet's own work and sets the Node's conditions ``Unknown`` as the node
+  controller would; `Kubelet.start` thaws it and posts ``Ready`` True again.
+- Each container run's stdout and stderr go to one log file (`Kubelet.logs`, like
+  ``kubectl logs [--previous]``); logs are kept until the kubelet closes, volumes until the Pod is
+  deleted.
+
+Not emulated: networking (every Pod shares the host's network: podIP 127.0.0.1, ports can
+collide), PID and IPC namespaces (a container's main process is not PID 1), images and pulls,
+CPU limits, lifecycle hooks, ConfigMaps, projected and other volume types, ephemeral
+containers, in-place updates, evictions. Secret volumes are files under the kubelet's folder
+(not a tmpfs); a ``hostPath`` of type ``DirectoryOrCreate`` is created on the host, as it is by
+a kubelet.
+
+API: `Kubelet` (``start``, ``stop``, ``close``, ``logs``, ``log_path``, ``volume_path``,
+``pid``, ``pod_uids``, ``wait_for_pod``, ``memory_cgroup``, ``stopped``), `Scheduler` (``bound``),
+`cluster` (a scheduler and a kubelet per node for an emulator, for demos and benchmarks),
+`container_status`, `condition`, `parse_quantity`, `unsupported_reason`. `Kubelet` and
+`Scheduler` are async context managers; closing a kubelet kills every process it started (by
+process group and by cgroup), removes its cgroups and its folders, even when a test fails.
+Fixtures: ``kube_scheduler`` and ``kubelet`` (node ``node-1``, with the scheduler; import them
+into a conftest). Needs root, cgroup v1 memory and ``unshare``: see `unsupported_reason`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import dataclasses
+import datetime
+import decimal
+import errno
+import hashlib
+import json
+import logging
+import os
+import platform
+import pwd
+import re
+import secrets
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+
+log = logging.getLogger("tests.kubelet")
+
+HOST_IP = "127.0.0.1"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+_MINIMUM_GRACE = 2.0
+_NEVER_STARTED = "ContainerStatusUnknown"
+
+# The container launcher: joins the container's cgroups, enters the Pod's mount namespace and
+# the container's root, takes the container's user, then execs the command. Run as
+# ``python -I -S -c``; its settings come in KUBELET_LAUNCH. Anything that goes wrong before the
+# exec is written to the report pipe (closed on exec), which the kubelet reads as StartError.
+_LAUNCHER = r"""
+import ctypes, json, os
+c = json.loads(os.environ["KUBELET_LAUNCH"])
+report = c["report"]
+os.set_inheritable(report, False)
+try:
+    me = str(os.getpid())
+    for path in c["cgroups"]:
+        with open(path, "w") as f:
+            f.write(me)
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path, kind in ((c.get("uts"), 0x04000000), (c.get("ns"), 0x00020000)):
+        if path:
+            fd = os.open(path, os.O_RDONLY)
+            if libc.setns(fd, kind) != 0:
+                raise OSError(ctypes.get_errno(), "setns: " + os.strerror(ctypes.get_errno()))
+            os.close(fd)
+    if c.get("ns"):
+        os.chroot(c["root"])
+        os.chdir("/")
+    if c.get("no_new_privs"):
+        libc.prctl(38, 1, 0, 0, 0)
+    os.setgroups(c["groups"])
+    os.setgid(c["gid"])
+    os.setuid(c["uid"])
+    os.umask(0o022)
+    os.chdir(c.get("cwd") or "/")
+    os.execvpe(c["argv"][0], c["argv"], c["env"])
+except BaseException as exc:
+    os.write(report, (c["argv"][0] + ": " + str(exc)).encode() or b"failed")
+    os._exit(127)
+"""
+
+# The Pod sandbox, run as ``unshare --mount --uts --propagation private -- python -I -S -c``:
+# sets the Pod's hostname, builds a root per container inside the new mount namespace (see the
+# module docstring), says "ready" on stdout and holds the namespaces until its stdin closes or it
+# is killed.
+_SANDBOX = r"""
+import ctypes, json, os, stat, sys
+c = json.loads(os.environ["KUBELET_SANDBOX"])
+libc = ctypes.CDLL(None, use_errno=True)
+RDONLY, NOSUID, NODEV, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+
+
+def mount(src, dst, fstype, flags, data=None):
+    enc = lambda s: s.encode() if s is not None else None
+    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "mount %s on %s: %s" % (src, dst, os.strerror(e)))
+
+
+def tmpfs(path, st, extra=0):
+    mode = "mode=%o,uid=%d,gid=%d" % ((st.st_mode & 0o7777) | extra, st.st_uid, st.st_gid)
+    mount("tmpfs", path, "tmpfs", NOSUID | NODEV, mode)
+
+
+mount(None, "/", None, REC | PRIVATE)
+hostname = c["hostname"].encode()
+if libc.sethostname(hostname, len(hostname)) != 0:
+    raise OSError(ctypes.get_errno(), "sethostname")
+stash = c["stash"]
+# A copy of the host's mount tree taken before anything is mounted here, so the roots built
+# below (under the kubelet's folder, itself somewhere in that tree) never contain themselves.
+mount("/", stash, None, BIND | REC)
+for path in c["memory"]:
+    mount("tmpfs", path, "tmpfs", NOSUID | NODEV, "mode=0777")
+images = c["images"]
+
+
+class Root:
+    def __init__(self, root):
+        self.root = root
+        self.points = {root: None}  # mount point -> host folder it shows (None: ours)
+        tmpfs(root, os.stat("/"))
+        self.mirror("/", root)
+
+    def mirror(self, host, target):
+        source = stash + host if host != "/" else stash
+        for name in sorted(os.listdir(source)):
+            src, dst = os.path.join(source, name), os.path.join(target, name)
+            st = os.lstat(src)
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(src), dst)
+            elif stat.S_ISDIR(st.st_mode):
+                os.mkdir(dst)
+                mount(src, dst, None, BIND | REC)
+                self.points[dst] = os.path.join(host, name)
+            else:
+                open(dst, "w").close()
+                mount(src, dst, None, BIND)
+
+    def host_of(self, path):
+        # The host folder a folder of this root shows, or None when it is ours (a tmpfs we
+        # made, or a volume).
+        probe = path
+        while True:
+            if probe in self.points:
+                host = self.points[probe]
+                return None if host is None else host + path[len(probe):]
+            probe = os.path.dirname(probe)
+
+    def own(self, path, extra=0):
+        # Make a folder of this root ours: a tmpfs copy of the host folder it showed.
+        host = self.host_of(path)
+        if host is None:
+            if extra:
+                os.chmod(path, os.stat(path).st_mode & 0o7777 | extra)
+            return
+        tmpfs(path, os.stat(path), extra)
+        self.points[path] = None
+        self.mirror(host, path)
+
+    def resolve(self, path, make):
+        parts = [p for p in path.split("/") if p and p != "."]
+        current, hops = self.root, 0
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                current = max(os.path.dirname(current), self.root, key=len)
+                continue
+            nxt = os.path.join(current, part)
+            if os.path.islink(nxt):
+                hops += 1
+                if hops > 40:
+                    raise OSError(40, "too many symbolic links in " + path)
+                target = os.readlink(nxt)
+                if target.startswith("/"):
+                    current = self.root
+                parts = [p for p in target.split("/") if p and p != "."] + parts
+                continue
+            if not os.path.lexists(nxt):
+                if not make:
+                    return None
+                self.own(current)
+                os.mkdir(nxt, 0o755)
+            current = nxt
+        return current
+
+    def bind(self, source, path, readonly, recursive=False):
+        if os.path.isdir(source):
+            target = self.resolve(path, True)
+        else:
+            parent = self.resolve(os.path.dirname(path) or "/", True)
+            target = os.path.join(parent, os.path.basename(path))
+            if not os.path.lexists(target):
+                self.own(parent)
+                open(target, "w").close()
+        mount(source, target, None, BIND | (REC if recursive else 0))
+        self.points[target] = None
+        if readonly:
+            mount(None, target, None, REMOUNT | BIND | RDONLY)
+        return target
+
+
+try:
+    for spec in c["roots"]:
+        root = Root(spec["root"])
+        for image in images:
+            parts = image.strip("/").split("/")
+            for depth in range(1, len(parts)):
+                folder = root.resolve("/" + "/".join(parts[:depth]), False)
+                if folder is not None and not os.stat(folder).st_mode & 0o001:
+                    root.own(folder, 0o111)
+        volumes = sorted(spec["mounts"], key=lambda m: m["path"].rstrip("/").count("/"))
+        for m in volumes:
+            root.bind(m["source"], m["path"], m["readonly"], m.get("recursive", False))
+        for image in images:
+            shadowed = [
+                m["path"] for m in volumes
+                if image.startswith(m["path"].rstrip("/") + "/") and m["path"] != "/"
+            ]
+            if shadowed and os.path.isdir(image):
+                root.bind(stash + image, image, False, recursive=True)
+        for folder in spec["dirs"]:
+            root.resolve(folder, True)
+    if libc.umount2(stash.encode(), 2) != 0:
+        raise OSError(ctypes.get_errno(), "umount " + stash)
+except Exception as exc:
+    print("error: %s" % exc, flush=True)
+    sys.exit(1)
+print("ready", flush=True)
+while os.read(0, 4096):
+    pass
+"""
+
+
+def unsupported_reason() -> str | None:
+    """Why this machine cannot run the kubelet (None when it can).
+
+    Returns:
+        A sentence naming what is missing: root, Linux, cgroup v1 memory, ``unshare``.
+    """
+    if sys.platform != "linux":
+        return "the kubelet needs Linux"
+    if os.geteuid() != 0:
+        return "the kubelet needs root (cgroups, mount namespaces, setuid)"
+    if shutil.which("unshare") is None:
+        return "the kubelet needs unshare (util-linux)"
+    memory = _own_cgroup("memory")
+    if memory is None or not (memory / "memory.limit_in_bytes").exists():
+        return "the kubelet needs the cgroup v1 memory controller"
+    return None
+
+
+def parse_quantity(text: str | int | float) -> decimal.Decimal:
+    """A Kubernetes quantity (``"64Mi"``, ``"1G"``, ``"500m"``, ``"1e3"``) as a number.
+
+    Raises:
+        ValueError: Not a quantity.
+    """
+    found = re.fullmatch(r"\s*([+-]?[0-9.]+)([eE][+-]?[0-9]+|[A-Za-z]{0,2})\s*", str(text))
+    if not found:
+        raise ValueError(f"not a quantity: {text!r}")
+    number, suffix = decimal.Decimal(found.group(1)), found.group(2)
+    if suffix[:1] in ("e", "E"):
+        return number * decimal.Decimal(10) ** int(suffix[1:])
+    factors: dict[str, decimal.Decimal | int] = {
+        "": 1,
+        "n": decimal.Decimal("1e-9"),
+        "u": decimal.Decimal("1e-6"),
+        "m": decimal.Decimal("1e-3"),
+        "k": 10**3,
+        "M": 10**6,
+        "G": 10**9,
+        "T": 10**12,
+        "P": 10**15,
+        "E": 10**18,
+        "Ki": 2**10,
+        "Mi": 2**20,
+        "Gi": 2**30,
+        "Ti": 2**40,
+        "Pi": 2**50,
+        "Ei": 2**60,
+    }
+    if suffix not in factors:
+        raise ValueError(f"not a quantity: {text!r}")
+    return number * factors[suffix]
+
+
+def container_status(pod: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
+    """The status of one container (init or main) of a Pod, or {} when it has none yet."""
+    status = (pod or {}).get("status") or {}
+    for entry in (
+        *(status.get("initContainerStatuses") or ()),
+        *(status.get("containerStatuses") or ()),
+    ):
+        if entry.get("name") == name:
+            return dict(entry)
+    return {}
+
+
+def condition(obj: Mapping[str, Any] | None, kind: str) -> str | None:
+    """The status (``"True"``...) of a Pod's or Node's condition, or None."""
+    for entry in ((obj or {}).get("status") or {}).get("conditions") or ():
+        if entry.get("type") == kind:
+            return str(entry.get("status"))
+    return None
+
+
+# -- the API --------------------------------------------------------------------------------------
+
+
+class ApiStatusError(Exception):
+    """An API call answered with an error Status."""
+
+    def __init__(self, code: int, body: Any):
+        message = body.get("message") if isinstance(body, dict) else str(body)
+        super().__init__(f"{code}: {message}")
+        self.code, self.body = code, body
+
+
+class _Gone(Exception):
+    """A watch's resourceVersion is too old: list again."""
+
+
+class _Api:
+    """JSON over HTTP to the API server, with retries for what a retry can fix."""
+
+    def __init__(self, url: str):
+        self.url = url.rstrip("/")
+        self.session: aiohttp.ClientSession | None = None
+
+    async def open(self) -> None:
+        if self.session is None:
+            self.session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
+            )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+        attempts: int = 8,
+    ) -> Any:
+        """One call; 5xx, 429 and connection errors are retried with back-off.
+
+        Raises:
+            ApiStatusError: Any other error answer (404, 409, 422...), or the last retried one.
+        """
+        assert self.session is not None
+        delay = 0.05
+        for attempt in range(attempts):
+            try:
+                async with self.session.request(
+                    method,
+                    self.url + path,
+                    params=params,
+                    data=None if body is None else json.dumps(body),
+                    headers={"Content-Type": content_type, "Accept": "application/json"},
+                    timeout=aiohttp.ClientTimeout(total=60),
+                ) as response:
+                    text = await response.text()
+                    payload = json.loads(text) if text else None
+                    if response.status < 400:
+                        return payload
+                    error = ApiStatusError(response.status, payload)
+                    if response.status not in (429, 500, 502, 503, 504):
+                        raise error
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                error = ApiStatusError(0, {"message": str(exc)})
+            if attempt + 1 < attempts:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise error
+
+    async def get(self, path: str) -> Any:
+        """The object, or None when it does not exist."""
+        try:
+            return await self.call("GET", path)
+        except ApiStatusError as exc:
+            if exc.code == 404:
+                return None
+            raise
+
+    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[tuple[str, Any]]:
+        """The events of one watch request until the server ends it."""
+        assert self.session is not None
+        async with self.session.get(
+            self.url + path,
+            params={**params, "watch": "true"},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None),
+        ) as response:
+            if response.status == 410:
+                raise _Gone
+            if response.status >= 400:
+                raise ApiStatusError(response.status, await response.text())
+            while True:
+                line = await response.content.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                if event.get("type") == "ERROR":
+                    if (event.get("object") or {}).get("code") == 410:
+                        raise _Gone
+                    raise ApiStatusError(
+                        int((event.get("object") or {}).get("code") or 500), event.get("object")
+                    )
+                yield event["type"], event["object"]
+
+
+async def _inform(
+    api: _Api,
+    path: str,
+    params: Mapping[str, str],
+    handle: Callable[[str, dict[str, Any]], Awaitable[None]],
+) -> None:
+    """List and watch `path` forever, as an informer: `handle` gets ADDED, MODIFIED and DELETED
+    (a list after a 410 Gone reports what vanished meanwhile as DELETED)."""
+    known: dict[str, dict[str, Any]] = {}
+    delay = 0.1
+    while True:
+        try:
+            listing = await api.call("GET", path, params=params, attempts=1)
+            version = listing["metadata"]["resourceVersion"]
+            items = {item["metadata"]["uid"]: item for item in listing.get("items") or ()}
+            for uid in [u for u in known if u not in items]:
+                await handle("DELETED", known.pop(uid))
+            for uid, item in items.items():
+                await handle("MODIFIED" if uid in known else "ADDED", item)
+            known = items
+            delay = 0.1
+            while True:
+                watch = {
+                    **params,
+                    "resourceVersion": version,
+                    "allowWatchBookmarks": "true",
+                    "timeoutSeconds": "300",
+                }
+                async for kind, obj in api.watch(path, watch):
+                    version = obj.get("metadata", {}).get("resourceVersion") or version
+                    if kind == "BOOKMARK":
+                        continue
+                    uid = obj["metadata"]["uid"]
+                    if kind == "DELETED":
+                        known.pop(uid, None)
+                    else:
+                        known[uid] = obj
+                    await handle(kind, obj)
+        except _Gone:
+            continue
+        except (ApiStatusError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
+            log.debug("watch of %s failed (%s); listing again", path, exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+# -- cgroups --------------------------------------------------------------------------------------
+
+
+def _own_cgroup(controller: str) -> Path | None:
+    """This process's cgroup folder of a v1 controller, or None."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            folder = _CGROUP_ROOT / controller / path.lstrip("/")
+            return folder if folder.is_dir() else None
+    return None
+
+
+def _cgroup_tree(folder: Path) -> list[Path]:
+    """A cgroup folder and every cgroup below it, deepest first."""
+    found = [Path(top) for top, _, _ in os.walk(folder, topdown=False)]
+    return [p for p in found if (p / "cgroup.procs").exists()]
+
+
+def _cgroup_pids(folder: Path) -> list[int]:
+    try:
+        return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_cgroup(folder: Path | None) -> None:
+    if folder is None:
+        return
+    for pid in _cgroup_pids(folder):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def _remove_cgroup(folder: Path | None, *, patience: float = 30.0) -> None:
+    """Kill what is left in a cgroup, then remove it (retrying while it empties)."""
+    if folder is None:
+        return
+    deadline = time.monotonic() + patience
+    while True:
+        if _try_rmdir(folder, give_up=time.monotonic() > deadline):
+            return
+        await asyncio.sleep(0.05)
+
+
+def _try_rmdir(folder: Path, *, give_up: bool) -> bool:
+    """Kill what is in a cgroup and remove it; False while it is still busy."""
+    _kill_cgroup(folder)
+    try:
+        folder.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        if exc.errno in (errno.EBUSY, errno.ENOTEMPTY) and not give_up:
+            return False
+        log.warning("cannot remove cgroup %s: %s", folder, exc)
+    return True
+
+
+def _oom_kills(folder: Path | None) -> int:
+    """How many processes the kernel OOM-killed in a memory cgroup."""
+    if folder is None:
+        return 0
+    try:
+        for line in (folder / "memory.oom_control").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+# -- Pods and containers --------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def _expand(text: str, env: Mapping[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion: defined variables are replaced, ``$$`` is ``$``."""
+
+    def one(found: re.Match[str]) -> str:
+        if found.group(0) == "$$":
+            return "$"
+        return env.get(found.group(1), found.group(0))
+
+    return _REFERENCE.sub(one, text)
+
+
+class _ConfigError(Exception):
+    """A container cannot be configured (CreateContainerConfigError)."""
+
+
+class _MountError(Exception):
+    """A Pod's volumes cannot be set up (its containers stay ContainerCreating)."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Container:
+    spec: dict[str, Any]
+    kind: str  # "init", "sidecar" or "main"
+    state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    last_state: dict[str, Any] = dataclasses.field(default_factory=dict)
+    restart_count: int = 0
+    started: bool = False
+    ready: bool = False
+    done: bool = False
+    container_id: str | None = None
+    proc: asyncio.subprocess.Process | None = None
+    cgroup: Path | None = None
+    started_at: str | None = None
+    runs: int = 0
+    exit_code: int | None = None
+    probes: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
+    started_event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    exited: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    supervisor: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.spec["name"])
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+
+@dataclasses.dataclass(eq=False)
+class _Pod:
+    obj: dict[str, Any]
+    folder: Path
+    logs: Path
+    init: list[_Container]
+    main: list[_Container]
+    start_time: str = dataclasses.field(default_factory=_now)
+    deleting: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    gone: bool = False
+    terminating: bool = False
+    sandbox: asyncio.subprocess.Process | None = None
+    sandbox_ready: bool = False
+    initialized: bool = False
+    final_phase: str | None = None
+    message: str | None = None
+    cgroup: Path | None = None
+    task: asyncio.Task[None] | None = None
+    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
+    written: dict[str, Any] | None = None
+    transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def uid(self) -> str:
+        return str(self.obj["metadata"]["uid"])
+
+    @property
+    def namespace(self) -> str:
+        return str(self.obj["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.obj["metadata"]["name"])
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return dict(self.obj.get("spec") or {})
+
+    @property
+    def containers(self) -> list[_Container]:
+        return [*self.init, *self.main]
+
+    def container(self, name: str) -> _Container | None:
+        return next((c for c in self.containers if c.name == name), None)
+
+
+class Kubelet:
+    """One node's kubelet. Use as ``async with Kubelet(url, "node-1") as kubelet:``."""
+
+    def __init__(
+        self,
+        api_url: str,
+        node_name: str = "node-1",
+        *,
+        root: str | os.PathLike[str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        backoff: tuple[float, float] = (10.0, 300.0),
+        config_retry: float = 1.0,
+        image_paths: Sequence[str] | None = None,
+        path: str | None = None,
+        heartbeat: float | None = None,
+    ) -> None:
+        """Prepare a kubelet; `start` registers the node and runs its Pods.
+
+        Args:
+            api_url: The API server, e.g. the emulator's ``url``.
+            node_name: The Node this kubelet registers and runs the Pods of.
+            root: A folder for Pod folders and logs (a temporary one when None); what the
+                kubelet creates there is removed by `close`.
+            labels: Extra Node labels.
+            backoff: First and longest restart back-off in seconds (the kubelet's are 10 and
+                300); the first restart of a container is immediate, as on a kubelet.
+            config_retry: Seconds between tries to configure a container whose Secret is missing.
+            image_paths: Host folders that make up the "image", kept visible and traversable in
+                every container; default: the project, the venv and the Python installation.
+            path: The containers' default ``PATH``; default: the venv's bin, then
+                ``/usr/local/bin:/usr/bin:/bin``.
+            heartbeat: Seconds between posts of the Node's conditions (Ready True) while the
+                node runs, as a kubelet's node status updates; None posts them only at start.
+        """
+        self.api_url = api_url
+        self.node_name = node_name
+        self.labels = dict(labels or {})
+        self.backoff = backoff
+        self.config_retry = config_retry
+        self.heartbeat = heartbeat
+        self._given_root = Path(root) if root is not None else None
+        self.root: Path = self._given_root or Path(tempfile.gettempdir()) / "kubelet-unstarted"
+        self._created_root = False
+        venv_bin = str(Path(sys.executable).parent)
+        self.path = path or f"{venv_bin}:{DEFAULT_PATH}"
+        if image_paths is None:
+            project = str(Path(__file__).resolve().parents[2])
+            real = str(Path(sys.executable).resolve().parent.parent)
+            image_paths = [project, sys.prefix, sys.base_prefix, real]
+        self.image_paths = _outermost(str(Path(p)) for p in image_paths)
+        self._api = _Api(api_url)
+        self._pods: dict[str, _Pod] = {}
+        self._finished: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._procs: set[asyncio.subprocess.Process] = set()
+        self._running = asyncio.Event()
+        self._started = False
+        self._closed = False
+        self._memory: Path | None = None
+        self._freezer: Path | None = None
+        self._stopped_groups: list[int] = []
+        self._informer: asyncio.Task[None] | None = None
+        self._node_transitions: dict[str, tuple[str, str]] = {}
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    async def __aenter__(self) -> Kubelet:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Register the node (Ready True) and run its Pods; after `stop`, thaw the node.
+
+        Raises:
+            RuntimeError: The machine cannot run the kubelet (see `unsupported_reason`).
+        """
+        if self._closed:
+            raise RuntimeError("the kubelet is closed")
+        if not self._started:
+            reason = unsupported_reason()
+            if reason is not None:
+                raise RuntimeError(reason)
+            self._started = True
+            token = secrets.token_hex(4)
+            if self._given_root is None:
+                self.root = Path(tempfile.mkdtemp(prefix=f"kubelet-{self.node_name}-"))
+                self._created_root = True
+            else:
+                self.root = self._given_root
+                self._created_root = not self.root.exists()
+                self.root.mkdir(parents=True, exist_ok=True)
+            (self.root / "pods").mkdir(exist_ok=True)
+            (self.root / "logs").mkdir(exist_ok=True)
+            own_memory = _own_cgroup("memory")
+            assert own_memory is not None
+            self._memory = own_memory / f"kubelet-{self.node_name}-{token}"
+            self._memory.mkdir()
+            own_freezer = _own_cgroup("freezer")
+            if own_freezer is not None and (own_freezer / "cgroup.procs").exists():
+                self._freezer = own_freezer / f"kubelet-{self.node_name}-{token}"
+                self._freezer.mkdir()
+            await self._api.open()
+            await self._register()
+            self._running.set()
+            self._informer = self._spawn(
+                _inform(
+                    self._api,
+                    "/api/v1/pods",
+                    {"fieldSelector": f"spec.nodeName={self.node_name}"},
+                    self._on_event,
+                ),
+                f"kubelet {self.node_name} informer",
+            )
+            if self.heartbeat:
+                self._spawn(self._beat(self.heartbeat), f"kubelet {self.node_name} heartbeat")
+            return
+        if not self._running.is_set():
+            await self._thaw()
+            self._running.set()
+            await self._post_ready(True)
+
+    async def stop(self, *, mark_unknown: bool = True) -> None:
+        """Lose the node: freeze every process it runs and stop the kubelet's own work.
+
+        Args:
+            mark_unknown: Set the Node's conditions Unknown, as the node controller does once
+                the kubelet stops posting its status.
+        """
+        if not self._started or self._closed or not self._running.is_set():
+            return
+        self._running.clear()
+        await self._freeze()
+        if mark_unknown:
+            await self._post_ready(None)
+
+    @property
+    def memory_cgroup(self) -> Path | None:
+        """The memory cgroup holding this node's Pods (``pod<uid>/<container>-<run>`` inside)."""
+        return self._memory
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the node is stopped (frozen)."""
+        return self._started and not self._running.is_set()
+
+    async def close(self) -> None:
+        """Kill every process, remove the cgroups and folders; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._started:
+            return
+        with contextlib.suppress(Exception):
+            await self._thaw()
+        await _cancel(self._tasks)
+        for proc in list(self._procs):
+            _kill_group(proc)
+            if proc.stdin is not None:
+                proc.stdin.close()
+        for pod in self._pods.values():
+            for c in pod.containers:
+                _kill_cgroup(c.cgroup)
+        for proc in list(self._procs):
+            await _reap(proc)
+        # Every cgroup under the kubelet's own, deepest first, whoever made it.
+        for folder in (self._memory, self._freezer):
+            if folder is not None:
+                for inner in _cgroup_tree(folder):
+                    await _remove_cgroup(inner)
+        await self._api.close()
+        if self._created_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+        else:
+            shutil.rmtree(self.root / "pods", ignore_errors=True)
+            shutil.rmtree(self.root / "logs", ignore_errors=True)
+
+    # -- what tests read --------------------------------------------------------------------
+
+    def log_path(self, namespace: str, pod: str, container: str, *, previous: bool = False) -> Path:
+        """The log file of a container's current (or previous) run.
+
+        Raises:
+            KeyError: The kubelet never ran that container (or, for ``previous``, ran it once).
+        """
+        folder = self._log_folder(namespace, pod) / container
+        runs = sorted((int(p.stem) for p in folder.glob("*.log") if p.stem.isdigit()), reverse=True)
+        index = 1 if previous else 0
+        if len(runs) <= index:
+            raise KeyError(
+                f"no {'previous ' if previous else ''}log of {namespace}/{pod}/{container}"
+            )
+        return folder / f"{runs[index]}.log"
+
+    def logs(self, namespace: str, pod: str, container: str, *, previous: bool = False) -> str:
+        """A container's output (stdout and stderr), like ``kubectl logs [--previous]``."""
+        return self.log_path(namespace, pod, container, previous=previous).read_text(
+            errors="replace"
+        )
+
+    def volume_path(self, namespace: str, pod: str, volume: str) -> Path:
+        """The host folder of a Pod's ``emptyDir`` or ``secret`` volume (until the Pod is gone).
+
+        Raises:
+            KeyError: No such Pod on this node.
+        """
+        return self._pod(namespace, pod).folder / "volumes" / volume
+
+    def pid(self, namespace: str, pod: str, container: str) -> int | None:
+        """The host pid of a running container's main process, or None."""
+        found = self._pod(namespace, pod).container(container)
+        return found.proc.pid if found is not None and found.running and found.proc else None
+
+    def pod_uids(self) -> list[str]:
+        """The uids of the Pods this kubelet holds now."""
+        return list(self._pods)
+
+    async def wait_for_pod(
+        self,
+        namespace: str,
+        name: str,
+        predicate: Callable[[dict[str, Any] | None], bool],
+        *,
+        timeout: float = 60.0,
+    ) -> dict[str, Any] | None:
+        """Read the Pod from the API until `predicate` (given None once it is gone) holds.
+
+        Raises:
+            TimeoutError: It did not hold within `timeout` seconds (the message has the Pod).
+        """
+        deadline = time.monotonic() + timeout
+        pod = None
+        while True:
+            pod = await self._api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+            if predicate(pod):
+                return pod
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"pod {namespace}/{name}: {json.dumps(pod)[:4000]}")
+            await asyncio.sleep(0.05)
+
+    # -- the node ---------------------------------------------------------------------------
+
+    def _node_conditions(self, ready: bool | None) -> list[dict[str, Any]]:
+        conditions = self._node_condition_values(ready)
+        for entry in conditions:
+            previous = self._node_transitions.get(entry["type"])
+            if previous is not None and previous[0] == entry["status"]:
+                entry["lastTransitionTime"] = previous[1]
+            self._node_transitions[entry["type"]] = (entry["status"], entry["lastTransitionTime"])
+        return conditions
+
+    def _node_condition_values(self, ready: bool | None) -> list[dict[str, Any]]:
+        now = _now()
+        if ready is None:
+            return [
+                {
+                    "type": kind,
+                    "status": "Unknown",
+                    "reason": "NodeStatusUnknown",
+                    "message": "Kubelet stopped posting node status.",
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+                for kind in ("MemoryPressure", "DiskPressure", "PIDPressure", "Ready")
+            ]
+        pressure = [
+            {
+                "type": kind,
+                "status": "False",
+                "reason": f"KubeletHasSufficient{word}",
+                "message": f"kubelet has sufficient {word.lower()} available",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+            for kind, word in (
+                ("MemoryPressure", "Memory"),
+                ("DiskPressure", "Disk"),
+                ("PIDPressure", "PID"),
+            )
+        ]
+        return [
+            *pressure,
+            {
+                "type": "Ready",
+                "status": "True" if ready else "False",
+                "reason": "KubeletReady" if ready else "KubeletNotReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            },
+        ]
+
+    def _node_status(self) -> dict[str, Any]:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        resources = {"cpu": str(os.cpu_count() or 1), "memory": str(memory), "pods": "110"}
+        arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+        return {
+            "conditions": self._node_conditions(True),
+            "addresses": [
+                {"type": "InternalIP", "address": HOST_IP},
+                {"type": "Hostname", "address": self.node_name},
+            ],
+            "capacity": resources,
+            "allocatable": resources,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "nodeInfo": {
+                "architecture": arch,
+                "bootID": "",
+                "containerRuntimeVersion": "tests-kubelet://1",
+                "kernelVersion": platform.release(),
+                "kubeProxyVersion": "",
+                "kubeletVersion": "v1.31.0-tests",
+                "machineID": "",
+                "operatingSystem": "linux",
+                "osImage": "this machine",
+                "systemUUID": "",
+            },
+        }
+
+    async def _register(self) -> None:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": self.node_name,
+                "labels": {
+                    "kubernetes.io/hostname": self.node_name,
+                    "kubernetes.io/os": "linux",
+                    **self.labels,
+                },
+            },
+            "spec": {},
+            "status": self._node_status(),
+        }
+        try:
+            await self._api.call("POST", "/api/v1/nodes", body=body)
+        except ApiStatusError as exc:
+            if exc.code != 409:
+                raise
+            await self._api.call(
+                "PATCH",
+                f"/api/v1/nodes/{self.node_name}/status",
+                body={"status": self._node_status()},
+                content_type="application/merge-patch+json",
+            )
+
+    async def _post_ready(self, ready: bool | None) -> None:
+        await self._api.call(
+            "PATCH",
+            f"/api/v1/nodes/{self.node_name}/status",
+            body={"status": {"conditions": self._node_conditions(ready)}},
+            content_type="application/merge-patch+json",
+        )
+
+    async def _beat(self, every: float) -> None:
+        while True:
+            await asyncio.sleep(every)
+            await self._gate()
+            try:
+                await self._post_ready(True)
+            except ApiStatusError as exc:
+                log.warning("node %s status not posted: %s", self.node_name, exc)
+
+    async def _freeze(self) -> None:
+        if self._freezer is not None:
+            (self._freezer / "freezer.state").write_text("FROZEN")
+            deadline = time.monotonic() + 60
+            while (self._freezer / "freezer.state").read_text().strip() != "FROZEN":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"cgroup {self._freezer} does not freeze")
+                await asyncio.sleep(0.02)
+            return
+        for proc in list(self._procs):
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                    self._stopped_groups.append(proc.pid)
+
+    async def _thaw(self) -> None:
+        if self._freezer is not None:
+            with contextlib.suppress(OSError):
+                (self._freezer / "freezer.state").write_text("THAWED")
+            return
+        for group in self._stopped_groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGCONT)
+        self._stopped_groups.clear()
+
+    # -- events -----------------------------------------------------------------------------
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_failure)
+        return task
+
+    async def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
+        await self._running.wait()
+        uid = obj["metadata"]["uid"]
+        pod = self._pods.get(uid)
+        if kind == "DELETED":
+            if pod is not None:
+                pod.obj = obj
+                pod.gone = True
+                pod.deleting.set()
+            return
+        if pod is not None:
+            pod.obj = obj
+            if obj["metadata"].get("deletionTimestamp"):
+                pod.deleting.set()
+            return
+        if uid in self._finished:
+            return
+        phase = (obj.get("status") or {}).get("phase")
+        if phase in ("Succeeded", "Failed") or obj["metadata"].get("deletionTimestamp"):
+            # Nothing of it runs here: a deleted Pod that never ran is finished at once.
+            self._finished.add(uid)
+            if obj["metadata"].get("deletionTimestamp"):
+                self._spawn(self._finish_deletion(obj), f"delete {obj['metadata']['name']}")
+            return
+        pod = self._admit(obj)
+        self._pods[uid] = pod
+        pod.task = self._spawn(self._pod_worker(pod), f"pod {pod.namespace}/{pod.name}")
+
+    def _admit(self, obj: dict[str, Any]) -> _Pod:
+        meta, spec = obj["metadata"], obj.get("spec") or {}
+        folder = self.root / "pods" / meta["uid"]
+        folder.mkdir(parents=True, exist_ok=True)
+        logs = self._log_folder(meta["namespace"], meta["name"], meta["uid"])
+        logs.mkdir(parents=True, exist_ok=True)
+        init = [
+            _Container(dict(c), "sidecar" if c.get("restartPolicy") == "Always" else "init")
+            for c in spec.get("initContainers") or ()
+        ]
+        main = [_Container(dict(c), "main") for c in spec.get("containers") or ()]
+        for c in [*init, *main]:
+            c.state = {"waiting": {"reason": "PodInitializing"}}
+            c.exited.set()
+        if init:
+            init[0].state = {"waiting": {"reason": "ContainerCreating"}}
+        else:
+            for c in main:
+                c.state = {"waiting": {"reason": "ContainerCreating"}}
+        return _Pod(obj, folder, logs, init, main)
+
+    def _log_folder(self, namespace: str, name: str, uid: str | None = None) -> Path:
+        if uid is None:
+            matches = sorted((self.root / "logs").glob(f"{namespace}_{name}_*"), key=_mtime)
+            if not matches:
+                raise KeyError(f"no logs of {namespace}/{name}")
+            return matches[-1]
+        return self.root / "logs" / f"{namespace}_{name}_{uid}"
+
+    def _pod(self, namespace: str, name: str) -> _Pod:
+        for pod in self._pods.values():
+            if (pod.namespace, pod.name) == (namespace, name):
+                return pod
+        raise KeyError(f"no pod {namespace}/{name} on {self.node_name}")
+
+    # -- one Pod ----------------------------------------------------------------------------
+
+    async def _pod_worker(self, pod: _Pod) -> None:
+        await self._sync_status(pod)
+        life = self._spawn(self._lifecycle(pod), f"lifecycle {pod.name}")
+        deleted = self._spawn(pod.deleting.wait(), f"deleted {pod.name}")
+        await asyncio.wait({life, deleted}, return_when=asyncio.FIRST_COMPLETED)
+        if pod.deleting.is_set():
+            grace = _MINIMUM_GRACE
+            if not pod.gone:
+                grace = float(pod.obj["metadata"].get("deletionGracePeriodSeconds") or 0)
+        else:
+            grace = float(pod.spec.get("terminationGracePeriodSeconds", 30))
+        pod.terminating = True
+        await _cancel([life])
+        await self._terminate(pod, grace)
+        pod.final_phase = pod.final_phase or self._terminal_phase(pod)
+        await self._sync_status(pod)
+        await self._stop_sandbox(pod)
+        await pod.deleting.wait()
+        deleted.cancel()
+        await self._gate()
+        if not pod.gone:
+            await self._finish_deletion(pod.obj)
+        self._finished.add(pod.uid)
+        await self._remove_cgroups(pod)
+        del self._pods[pod.uid]
+        shutil.rmtree(pod.folder, ignore_errors=True)
+
+    async def _lifecycle(self, pod: _Pod) -> None:
+        await self._prepare(pod)
+        for c in pod.init:
+            c.state = {"waiting": {"reason": "ContainerCreating"}}
+            await self._sync_status(pod)
+            if c.kind == "sidecar":
+                c.supervisor = self._spawn(self._supervise(pod, c), f"{pod.name}/{c.name}")
+                await c.started_event.wait()
+                continue
+            while True:
+                if not await self._start_container(pod, c):
+                    return
+                code = await self._wait_container(pod, c)
+                if code == 0:
+                    c.ready = False
+                    c.done = True
+                    break
+                if pod.spec.get("restartPolicy", "Always") == "Never":
+                    pod.final_phase = "Failed"
+                    return
+                await self._back_off(pod, c)
+        pod.initialized = True
+        for c in pod.main:
+            c.state = {"waiting": {"reason": "ContainerCreating"}}
+        await self._sync_status(pod)
+        for c in pod.main:
+            c.supervisor = self._spawn(self._supervise(pod, c), f"{pod.name}/{c.name}")
+        await asyncio.gather(*(c.supervisor for c in pod.main if c.supervisor))
+
+    async def _supervise(self, pod: _Pod, c: _Container) -> None:
+        policy = pod.spec.get("restartPolicy", "Always")
+        while not pod.terminating:
+            if not await self._start_container(pod, c):
+                return
+            code = await self._wait_container(pod, c)
+            if pod.terminating:
+                return
+            if c.kind == "main" and (policy == "Never" or (policy == "OnFailure" and code == 0)):
+                c.done = True
+                return
+            await self._back_off(pod, c)
+
+    async def _back_off(self, pod: _Pod, c: _Container) -> None:
+        first, longest = self.backoff
+        delay = 0.0 if c.restart_count == 0 else min(first * 2 ** (c.restart_count - 1), longest)
+        c.last_state = c.state
+        if delay > 0:
+            c.state = {
+                "waiting": {
+                    "reason": "CrashLoopBackOff",
+                    "message": f"back-off {delay:g}s restarting failed container={c.name} "
+                    f"pod={pod.name}_{pod.namespace}({pod.uid})",
+                }
+            }
+            await self._sync_status(pod)
+            await asyncio.sleep(delay)
+        await self._gate()
+        c.restart_count += 1
+
+    async def _gate(self) -> None:
+        await self._running.wait()
+
+    # -- volumes and the sandbox ------------------------------------------------------------
+
+    async def _prepare(self, pod: _Pod) -> None:
+        """Volumes, then the sandbox; retried (containers ContainerCreating) until they work."""
+        while True:
+            await self._gate()
+            try:
+                await self._prepare_once(pod)
+                pod.message = None
+                return
+            except _MountError as exc:
+                pod.message = str(exc)
+                for c in pod.containers:
+                    if "waiting" in c.state:
+                        c.state = {"waiting": {**c.state["waiting"], "message": str(exc)}}
+                await self._sync_status(pod)
+                log.info("pod %s/%s: %s", pod.namespace, pod.name, exc)
+                await asyncio.sleep(self.config_retry)
+
+    async def _prepare_once(self, pod: _Pod) -> None:
+        spec = pod.spec
+        volumes_folder = pod.folder / "volumes"
+        volumes_folder.mkdir(exist_ok=True)
+        security = spec.get("securityContext") or {}
+        fs_group = security.get("fsGroup")
+        sources: dict[str, tuple[str, bool]] = {}  # name -> (host path, read-only)
+        memory: list[str] = []
+        for volume in spec.get("volumes") or ():
+            name = volume["name"]
+            folder = volumes_folder / name
+            if "emptyDir" in volume:
+                folder.mkdir(exist_ok=True)
+                os.chmod(folder, 0o777)
+                if fs_group is not None:
+                    os.chown(folder, -1, int(fs_group))
+                    os.chmod(folder, 0o2777)
+                if (volume["emptyDir"] or {}).get("medium") == "Memory":
+                    memory.append(str(folder))
+                sources[name] = (str(folder), False)
+            elif "secret" in volume:
+                await self._write_secret_volume(pod, volume["secret"] or {}, folder, fs_group)
+                sources[name] = (str(folder), True)
+            elif "hostPath" in volume:
+                host = volume["hostPath"] or {}
+                sources[name] = (_host_path(host), False)
+            else:
+                kinds = sorted(k for k in volume if k != "name")
+                raise _MountError(f"volume {name!r}: unsupported volume type {kinds}")
+        roots = []
+        for c in pod.containers:
+            mounts = []
+            for m in c.spec.get("volumeMounts") or ():
+                if m["name"] not in sources:
+                    raise _MountError(f"container {c.name}: no volume named {m['name']!r}")
+                source, readonly = sources[m["name"]]
+                if m.get("subPath"):
+                    sub = Path(source) / m["subPath"]
+                    if ".." in Path(m["subPath"]).parts:
+                        raise _MountError(f"container {c.name}: subPath escapes the volume")
+                    if not sub.exists():
+                        sub.mkdir(parents=True, mode=0o777)
+                    source = str(sub)
+                mounts.append(
+                    {
+                        "source": source,
+                        "path": m["mountPath"],
+                        "readonly": readonly or bool(m.get("readOnly")),
+                        "recursive": source not in (str(volumes_folder / m["name"]),),
+                    }
+                )
+            root = pod.folder / "roots" / c.name
+            root.mkdir(parents=True, exist_ok=True)
+            dirs = [c.spec["workingDir"]] if c.spec.get("workingDir") else []
+            roots.append({"root": str(root), "mounts": mounts, "dirs": dirs})
+        stash = pod.folder / "host"
+        stash.mkdir(exist_ok=True)
+        config = {
+            "stash": str(stash),
+            "hostname": pod.spec.get("hostname") or pod.name[:63],
+            "roots": roots,
+            "memory": memory,
+            "images": self.image_paths,
+        }
+        await self._start_sandbox(pod, config)
+
+    async def _write_secret_volume(
+        self, pod: _Pod, source: Mapping[str, Any], folder: Path, fs_group: Any
+    ) -> None:
+        name = source.get("secretName", "")
+        secret = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/secrets/{name}")
+        if secret is None:
+            if source.get("optional"):
+                _write_files(folder, [], fs_group)
+                return
+            raise _MountError(f'MountVolume.SetUp failed: secret "{name}" not found')
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        default_mode = int(source.get("defaultMode", 0o644))
+        items = source.get("items")
+        files: list[tuple[str, bytes, int]] = []
+        if items:
+            for item in items:
+                if item["key"] not in data:
+                    if source.get("optional"):
+                        continue
+                    raise _MountError(
+                        f"MountVolume.SetUp failed: couldn't find key {item['key']} in Secret "
+                        f"{pod.namespace}/{name}"
+                    )
+                files.append((item["path"], data[item["key"]], int(item.get("mode", default_mode))))
+        else:
+            files = [(key, value, default_mode) for key, value in data.items()]
+        for relative, _, _ in files:
+            if ".." in Path(relative).parts:
+                raise _MountError(f"secret volume item path {relative!r} escapes the volume")
+        _write_files(folder, files, fs_group)
+
+    async def _start_sandbox(self, pod: _Pod, config: Mapping[str, Any]) -> None:
+        log_file = _open_append(pod.folder / "sandbox.log")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                shutil.which("unshare") or "unshare",
+                "--mount",
+                "--uts",
+                "--propagation",
+                "private",
+                "--",
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _SANDBOX,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log_file,
+                start_new_session=True,
+                env={"KUBELET_SANDBOX": json.dumps(config), "PATH": DEFAULT_PATH},
+            )
+        finally:
+            log_file.close()
+        self._procs.add(proc)
+        if self._freezer is not None:
+            with contextlib.suppress(OSError):
+                (self._freezer / "cgroup.procs").write_text(str(proc.pid))
+        assert proc.stdout is not None
+        line = (await proc.stdout.readline()).decode(errors="replace").strip()
+        if line != "ready":
+            if proc.stdin is not None:
+                proc.stdin.close()
+            await _reap(proc, kill=True)
+            self._procs.discard(proc)
+            raise _MountError(f"the Pod sandbox failed: {line or 'no answer'}")
+        pod.sandbox = proc
+        pod.sandbox_ready = True
+        pod.cgroup = self._memory / f"pod{pod.uid}" if self._memory else None
+        if pod.cgroup is not None:
+            pod.cgroup.mkdir(exist_ok=True)
+
+    async def _stop_sandbox(self, pod: _Pod) -> None:
+        proc = pod.sandbox
+        pod.sandbox_ready = False
+        if proc is None:
+            return
+        pod.sandbox = None
+        if proc.stdin is not None:
+            proc.stdin.close()
+        await _reap(proc, kill=True)
+        self._procs.discard(proc)
+
+    async def _remove_cgroups(self, pod: _Pod) -> None:
+        for c in pod.containers:
+            await _remove_cgroup(c.cgroup)
+            c.cgroup = None
+        await _remove_cgroup(pod.cgroup)
+        pod.cgroup = None
+
+    # -- one container ----------------------------------------------------------------------
+
+    def _identity(self, pod: _Pod, c: _Container) -> tuple[int, int, list[int], bool]:
+        pod_security = pod.spec.get("securityContext") or {}
+        security = {**pod_security, **(c.spec.get("securityContext") or {})}
+        uid = int(security.get("runAsUser", 0))
+        if security.get("runAsNonRoot") and uid == 0:
+            raise _ConfigError(
+                "container has runAsNonRoot and image will run as root "
+                f'(pod: "{pod.name}_{pod.namespace}({pod.uid})", container: {c.name})'
+            )
+        try:
+            default_gid = pwd.getpwuid(uid).pw_gid
+        except KeyError:
+            default_gid = 0
+        gid = int(security.get("runAsGroup", default_gid))
+        groups = [int(g) for g in pod_security.get("supplementalGroups") or ()]
+        if pod_security.get("fsGroup") is not None:
+            groups.insert(0, int(pod_security["fsGroup"]))
+        no_new_privs = security.get("allowPrivilegeEscalation") is False
+        return uid, gid, sorted(set(groups)), no_new_privs
+
+    async def _environment(self, pod: _Pod, c: _Container, uid: int) -> dict[str, str]:
+        secrets_cache: dict[str, dict[str, Any] | None] = {}
+
+        async def secret(name: str) -> dict[str, Any] | None:
+            if name not in secrets_cache:
+                secrets_cache[name] = await self._api.get(
+                    f"/api/v1/namespaces/{pod.namespace}/secrets/{name}"
+                )
+            return secrets_cache[name]
+
+        env: dict[str, str] = {}
+        for source in c.spec.get("envFrom") or ():
+            if "secretRef" in source:
+                ref = source["secretRef"]
+                found = await secret(ref["name"])
+                if found is None:
+                    if ref.get("optional"):
+                        continue
+                    raise _ConfigError(f'secret "{ref["name"]}" not found')
+                for key, value in (found.get("data") or {}).items():
+                    env[source.get("prefix", "") + key] = base64.b64decode(value).decode(
+                        errors="replace"
+                    )
+            elif "configMapRef" in source:
+                raise _ConfigError(f'configmap "{source["configMapRef"].get("name")}" not found')
+        for entry in c.spec.get("env") or ():
+            name = entry["name"]
+            if "valueFrom" not in entry:
+                env[name] = _expand(str(entry.get("value", "")), env)
+                continue
+            origin = entry["valueFrom"]
+            if "secretKeyRef" in origin:
+                ref = origin["secretKeyRef"]
+                found = await secret(ref["name"])
+                data = (found or {}).get("data") or {}
+                if found is None or ref["key"] not in data:
+                    if ref.get("optional"):
+                        continue
+                    if found is None:
+                        raise _ConfigError(f'secret "{ref["name"]}" not found')
+                    raise _ConfigError(
+                        f"couldn't find key {ref['key']} in Secret {pod.namespace}/{ref['name']}"
+                    )
+                env[name] = base64.b64decode(data[ref["key"]]).decode(errors="replace")
+            elif "fieldRef" in origin:
+                env[name] = self._field(pod, origin["fieldRef"]["fieldPath"])
+            elif "resourceFieldRef" in origin:
+                env[name] = _resource_field(c.spec, origin["resourceFieldRef"])
+            else:
+                raise _ConfigError(f"env {name}: unsupported valueFrom {sorted(origin)}")
+        try:
+            home = pwd.getpwuid(uid).pw_dir or "/"
+        except KeyError:
+            home = "/"
+        return {"PATH": self.path, "HOSTNAME": pod.name, "HOME": home, **env}
+
+    def _field(self, pod: _Pod, path: str) -> str:
+        meta = pod.obj["metadata"]
+        found = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
+        if found:
+            return str((meta.get(found.group(1)) or {}).get(found.group(2), ""))
+        values = {
+            "metadata.name": meta.get("name"),
+            "metadata.namespace": meta.get("namespace"),
+            "metadata.uid": meta.get("uid"),
+            "spec.nodeName": self.node_name,
+            "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"),
+            "status.hostIP": HOST_IP,
+            "status.podIP": HOST_IP,
+        }
+        if path not in values:
+            raise _ConfigError(f"unsupported fieldRef {path}")
+        return str(values[path] or "")
+
+    async def _start_container(self, pod: _Pod, c: _Container) -> bool:
+        """Start one run of a container, retrying config errors; False once the Pod stops."""
+        while True:
+            await self._gate()
+            if pod.terminating:
+                return False
+            try:
+                uid, gid, groups, no_new_privs = self._identity(pod, c)
+                env = await self._environment(pod, c, uid)
+            except _ConfigError as exc:
+                c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
+                await self._sync_status(pod)
+                await asyncio.sleep(self.config_retry)
+                continue
+            if not pod.terminating:
+                break
+        argv = [_expand(str(a), env) for a in c.spec.get("command") or ()]
+        argv += [_expand(str(a), env) for a in c.spec.get("args") or ()]
+        c.runs += 1
+        c.container_id = f"tests-kubelet://{secrets.token_hex(32)}"
+        c.cgroup = self._container_cgroup(pod, c)
+        c.exit_code = None
+        c.started = False
+        c.ready = False
+        c.started_event.clear()
+        log_folder = pod.logs / c.name
+        log_folder.mkdir(exist_ok=True)
+        log_path = log_folder / f"{c.runs - 1}.log"
+        if not argv:
+            c.proc = None
+            c.exit_code = 128
+            c.state = _terminated(128, "StartError", "no command: the image has no entrypoint")
+            log_path.write_text("")
+            return True
+        launch = {
+            "argv": argv,
+            "env": env,
+            "uid": uid,
+            "gid": gid,
+            "groups": groups,
+            "no_new_privs": no_new_privs,
+            "cwd": c.spec.get("workingDir") or "/",
+        }
+        proc, failure = await self._launch(pod, c, launch, log_path)
+        if failure is not None:
+            c.proc = None
+            c.exit_code = 128
+            c.state = _terminated(128, "StartError", failure)
+            if proc is not None:
+                await _reap(proc)
+                self._procs.discard(proc)
+            await _remove_cgroup(c.cgroup)
+            c.cgroup = None
+            return True
+        c.proc = proc
+        c.exited.clear()
+        c.started_at = _now()
+        c.state = {"running": {"startedAt": c.started_at}}
+        probes = c.spec
+        if "startupProbe" not in probes:
+            self._mark_started(c)
+        if "readinessProbe" not in probes and "startupProbe" not in probes:
+            c.ready = True
+        await self._sync_status(pod)
+        for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+            if kind in probes:
+                c.probes.append(self._spawn(self._probe_loop(pod, c, kind), f"{c.name} {kind}"))
+        return True
+
+    def _container_cgroup(self, pod: _Pod, c: _Container) -> Path | None:
+        if pod.cgroup is None:
+            return None
+        folder = pod.cgroup / f"{c.name}-{c.runs}"
+        folder.mkdir(exist_ok=True)
+        limit = ((c.spec.get("resources") or {}).get("limits") or {}).get("memory")
+        if limit is not None:
+            size = str(int(parse_quantity(limit).to_integral_value(decimal.ROUND_CEILING)))
+            (folder / "memory.limit_in_bytes").write_text(size)
+            with contextlib.suppress(OSError):
+                (folder / "memory.memsw.limit_in_bytes").write_text(size)
+            with contextlib.suppress(OSError):
+                (folder / "memory.swappiness").write_text("0")
+        return folder
+
+    async def _launch(
+        self,
+        pod: _Pod,
+        c: _Container,
+        launch: Mapping[str, Any],
+        log_path: Path | None,
+    ) -> tuple[asyncio.subprocess.Process | None, str | None]:
+        """Run the launcher in the container's context; returns it and why it failed, if so."""
+        assert pod.sandbox is not None
+        cgroups = []
+        if c.cgroup is not None:
+            cgroups.append(str(c.cgroup / "cgroup.procs"))
+        if self._freezer is not None:
+            cgroups.append(str(self._freezer / "cgroup.procs"))
+        read_end, write_end = os.pipe()
+        config = {
+            **launch,
+            "cgroups": cgroups,
+            "ns": f"/proc/{pod.sandbox.pid}/ns/mnt",
+            "uts": f"/proc/{pod.sandbox.pid}/ns/uts",
+            "root": str(pod.folder / "roots" / c.name),
+            "report": write_end,
+        }
+        output = _open_append(log_path) if log_path else None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-I",
+                "-S",
+                "-c",
+                _LAUNCHER,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=output if output else asyncio.subprocess.DEVNULL,
+                stderr=output if output else asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(write_end,),
+                env={"KUBELET_LAUNCH": json.dumps(config)},
+            )
+        except OSError as exc:
+            os.close(read_end)
+            return None, str(exc)
+        finally:
+            os.close(write_end)
+            if output is not None:
+                output.close()
+        self._procs.add(proc)
+        report = await _read_all(read_end)
+        if report:
+            return proc, report.decode(errors="replace")
+        return proc, None
+
+    def _mark_started(self, c: _Container) -> None:
+        c.started = True
+        c.started_event.set()
+
+    async def _wait_container(self, pod: _Pod, c: _Container) -> int:
+        """Wait for the current run to end and record how it ended; returns its exit code."""
+        proc = c.proc
+        if proc is None:
+            await self._sync_status(pod)
+            return c.exit_code if c.exit_code is not None else 128
+        code = await proc.wait()
+        await self._record_exit(pod, c, proc, code)
+        return c.exit_code if c.exit_code is not None else 128
+
+    async def _record_exit(
+        self, pod: _Pod, c: _Container, proc: asyncio.subprocess.Process, code: int
+    ) -> None:
+        """Record a run's end once (whoever saw it first), kill its leftovers, drop its cgroup."""
+        if c.proc is not proc:
+            return
+        c.proc = None
+        self._procs.discard(proc)
+        current = asyncio.current_task()
+        for task in c.probes:
+            if task is not current:
+                task.cancel()
+        c.probes.clear()
+        cgroup, c.cgroup = c.cgroup, None
+        exit_code = code if code >= 0 else 128 - code
+        reason = "Completed" if exit_code == 0 else "Error"
+        if _oom_kills(cgroup) > 0:
+            reason = "OOMKilled"
+        _kill_cgroup(cgroup)
+        c.exit_code = exit_code
+        c.state = {
+            "terminated": {
+                "exitCode": exit_code,
+                "reason": reason,
+                "startedAt": c.started_at,
+                "finishedAt": _now(),
+                "containerID": c.container_id,
+            }
+        }
+        c.ready = False
+        c.started = False
+        c.exited.set()
+        await _remove_cgroup(cgroup)
+        await self._sync_status(pod)
+
+    async def _kill_container(self, pod: _Pod, c: _Container, grace: float) -> None:
+        """SIGTERM the container's main process, SIGKILL everything of it after `grace`."""
+        proc = c.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGTERM)
+        try:
+            async with asyncio.timeout(max(grace, 0)):
+                code = await proc.wait()
+        except TimeoutError:
+            _kill_group(proc)
+            _kill_cgroup(c.cgroup)
+            code = await proc.wait()
+        await self._record_exit(pod, c, proc, code)
+
+    async def _terminate(self, pod: _Pod, grace: float) -> None:
+        """Main containers first, then sidecars in reverse order, within one grace period."""
+        deadline = asyncio.get_running_loop().time() + grace
+
+        async def stop(group: Iterable[_Container], ordered: bool) -> None:
+            running = [c for c in group if c.running]
+            if ordered:
+                for c in running:
+                    await self._kill_container(pod, c, deadline - asyncio.get_running_loop().time())
+            else:
+                await asyncio.gather(
+                    *(
+                        self._kill_container(pod, c, deadline - asyncio.get_running_loop().time())
+                        for c in running
+                    )
+                )
+
+        await stop(pod.main, ordered=False)
+        await stop([c for c in reversed(pod.init) if c.kind == "sidecar"], ordered=True)
+        await stop(pod.init, ordered=False)
+        await _cancel([c.supervisor for c in pod.containers if c.supervisor is not None])
+        for c in pod.containers:
+            proc = c.proc
+            _kill_cgroup(c.cgroup)
+            if proc is not None:
+                _kill_group(proc)
+                await self._record_exit(pod, c, proc, await proc.wait())
+            await _cancel(c.probes)
+            c.probes.clear()
+            c.ready = False
+            c.started = False
+
+    def _terminal_phase(self, pod: _Pod) -> str:
+        for c in pod.main:
+            terminated = c.state.get("terminated")
+            if terminated is None or terminated.get("exitCode") != 0:
+                return "Failed"
+        return "Succeeded"
+
+    # -- probes -----------------------------------------------------------------------------
+
+    async def _probe_loop(self, pod: _Pod, c: _Container, kind: str) -> None:
+        probe = c.spec[kind]
+        period = float(probe.get("periodSeconds", 10))
+        timeout = float(probe.get("timeoutSeconds", 1))
+        need_success = int(probe.get("successThreshold", 1))
+        need_failure = int(probe.get("failureThreshold", 3))
+        if kind != "startupProbe" and "startupProbe" in c.spec:
+            await c.started_event.wait()
+        await asyncio.sleep(float(probe.get("initialDelaySeconds", 0)))
+        successes = failures = 0
+        while c.running:
+            await self._gate()
+            ok = await self._probe_once(pod, c, probe, timeout)
+            if not self._running.is_set():
+                continue  # the node froze meanwhile: the result means nothing
+            successes, failures = (successes + 1, 0) if ok else (0, failures + 1)
+            if kind == "startupProbe":
+                if ok:
+                    self._mark_started(c)
+                    if "readinessProbe" not in c.spec:
+                        c.ready = True
+                    await self._sync_status(pod)
+                    return
+                if failures >= need_failure:
+                    await self._kill_container(pod, c, _grace(pod))
+                    return
+            elif kind == "readinessProbe":
+                if ok and successes >= need_success and not c.ready:
+                    c.ready = True
+                    await self._sync_status(pod)
+                elif not ok and failures >= need_failure and c.ready:
+                    c.ready = False
+                    await self._sync_status(pod)
+            elif not ok and failures >= need_failure:
+                await self._kill_container(pod, c, _grace(pod))
+                return
+            await asyncio.sleep(period)
+
+    async def _probe_once(
+        self, pod: _Pod, c: _Container, probe: Mapping[str, Any], timeout: float
+    ) -> bool:
+        try:
+            if "exec" in probe:
+                return await self._exec_probe(pod, c, probe["exec"].get("command") or [], timeout)
+            if "tcpSocket" in probe:
+                port = _port(c.spec, probe["tcpSocket"]["port"])
+                host = probe["tcpSocket"].get("host") or HOST_IP
+                async with asyncio.timeout(timeout):
+                    _, writer = await asyncio.open_connection(host, port)
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+                return True
+            if "httpGet" in probe:
+                get = probe["httpGet"]
+                port = _port(c.spec, get["port"])
+                url = (
+                    f"{get.get('scheme', 'HTTP').lower()}://{get.get('host') or HOST_IP}:{port}"
+                    f"{get.get('path', '/')}"
+                )
+                assert self._api.session is not None
+                async with self._api.session.get(
+                    url, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as response:
+                    return 200 <= response.status < 400
+            if "grpc" in probe:
+                return await _grpc_probe(
+                    int(probe["grpc"]["port"]), probe["grpc"].get("service") or "", timeout
+                )
+        except (OSError, TimeoutError, aiohttp.ClientError, ValueError):
+            return False
+        return False
+
+    async def _exec_probe(
+        self, pod: _Pod, c: _Container, command: Sequence[str], timeout: float
+    ) -> bool:
+        if pod.sandbox is None or not command:
+            return False
+        try:
+            uid, gid, groups, no_new_privs = self._identity(pod, c)
+            env = await self._environment(pod, c, uid)
+        except _ConfigError:
+            return False
+        launch = {
+            "argv": list(command),
+            "env": env,
+            "uid": uid,
+            "gid": gid,
+            "groups": groups,
+            "no_new_privs": no_new_privs,
+            "cwd": c.spec.get("workingDir") or "/",
+        }
+        proc, failure = await self._launch(pod, c, launch, None)
+        if proc is None:
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                code = await proc.wait()
+        except TimeoutError:
+            _kill_group(proc)
+            await _reap(proc)
+            return False
+        finally:
+            self._procs.discard(proc)
+        return failure is None and code == 0
+
+    # -- status -----------------------------------------------------------------------------
+
+    def _container_status(self, c: _Container) -> dict[str, Any]:
+        image = str(c.spec.get("image", ""))
+        status: dict[str, Any] = {
+            "name": c.name,
+            "image": image,
+            "imageID": _image_id(image) if c.container_id else "",
+            "state": c.state,
+            "lastState": c.last_state,
+            "ready": c.ready,
+            "restartCount": c.restart_count,
+            "started": c.started,
+        }
+        if c.container_id:
+            status["containerID"] = c.container_id
+        return status
+
+    def _phase(self, pod: _Pod) -> str:
+        if pod.final_phase is not None:
+            return pod.final_phase
+        if pod.initialized and any(c.runs for c in pod.main):
+            return "Running"
+        return "Pending"
+
+    def _pod_status(self, pod: _Pod) -> dict[str, Any]:
+        phase = self._phase(pod)
+        terminal = phase in ("Succeeded", "Failed")
+        unready = [c.name for c in pod.main if not c.ready]
+        unready += [c.name for c in pod.init if c.kind == "sidecar" and not c.ready]
+        incomplete = [
+            c.name
+            for c in pod.init
+            if not (c.done if c.kind == "init" else c.started or pod.initialized)
+        ]
+        initialized = pod.initialized or (terminal and not incomplete)
+        ready_reason = "PodCompleted" if terminal else "ContainersNotReady"
+        own = {
+            "PodReadyToStartContainers": ("True" if pod.sandbox_ready else "False", None, None),
+            "Initialized": (
+                "True" if initialized else "False",
+                None if initialized else "ContainersNotInitialized",
+                None
+                if initialized
+                else f"containers with incomplete status: [{' '.join(incomplete)}]",
+            ),
+            "ContainersReady": (
+                "False" if unready or terminal else "True",
+                ready_reason if unready or terminal else None,
+                (f"containers with unready status: [{' '.join(unready)}]")
+                if unready and not terminal
+                else None,
+            ),
+            "Ready": (
+                "False" if unready or terminal else "True",
+                ready_reason if unready or terminal else None,
+                (f"containers with unready status: [{' '.join(unready)}]")
+                if unready and not terminal
+                else None,
+            ),
+            "PodScheduled": ("True", None, None),
+        }
+        conditions = []
+        now = _now()
+        for kind, (value, reason, message) in own.items():
+            previous = pod.transitions.get(kind)
+            if previous is None or previous[0] != value:
+                pod.transitions[kind] = (value, now)
+            entry: dict[str, Any] = {
+                "type": kind,
+                "status": value,
+                "lastProbeTime": None,
+                "lastTransitionTime": pod.transitions[kind][1],
+            }
+            if reason:
+                entry["reason"] = reason
+            if message:
+                entry["message"] = message
+            conditions.append(entry)
+        current = pod.obj.get("status") or {}
+        conditions += [dict(c) for c in current.get("conditions") or () if c.get("type") not in own]
+        status: dict[str, Any] = {
+            "phase": phase,
+            "conditions": conditions,
+            "hostIP": HOST_IP,
+            "hostIPs": [{"ip": HOST_IP}],
+            "startTime": pod.start_time,
+            "containerStatuses": [
+                self._container_status(c) for c in sorted(pod.main, key=lambda c: c.name)
+            ],
+        }
+        if pod.init:
+            status["initContainerStatuses"] = [self._container_status(c) for c in pod.init]
+        if pod.sandbox_ready or terminal:
+            status["podIP"] = HOST_IP
+            status["podIPs"] = [{"ip": HOST_IP}]
+        if current.get("qosClass"):
+            status["qosClass"] = current["qosClass"]
+        if pod.message and not terminal:
+            status["message"] = pod.message
+        return status
+
+    async def _sync_status(self, pod: _Pod) -> None:
+        """Write the Pod's status if it changed (through ``pods/{name}/status``)."""
+        async with pod.lock:
+            await self._gate()
+            if pod.gone:
+                return
+            status = self._pod_status(pod)
+            if status == pod.written:
+                return
+            try:
+                updated = await self._api.call(
+                    "PATCH",
+                    f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}/status",
+                    body={"status": status},
+                    content_type="application/merge-patch+json",
+                )
+            except ApiStatusError as exc:
+                if exc.code == 404:
+                    pod.gone = True
+                    pod.deleting.set()
+                    return
+                log.warning("status of %s/%s not written: %s", pod.namespace, pod.name, exc)
+                return
+            pod.written = status
+            if isinstance(updated, dict) and updated.get("metadata", {}).get("uid") == pod.uid:
+                pod.obj = updated
+                if updated["metadata"].get("deletionTimestamp"):
+                    pod.deleting.set()
+
+    async def _finish_deletion(self, obj: Mapping[str, Any]) -> None:
+        meta = obj["metadata"]
+        try:
+            await self._api.call(
+                "DELETE",
+                f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                body={
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": meta["uid"]},
+                },
+            )
+        except ApiStatusError as exc:
+            if exc.code not in (404, 409):
+                raise
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+
+def _host_path(source: Mapping[str, Any]) -> str:
+    target = Path(source["path"])
+    kind = source.get("type") or ""
+    if not target.exists():
+        if kind not in ("", "DirectoryOrCreate"):
+            raise _MountError(f"hostPath type check failed: {target} is not a {kind}")
+        target.mkdir(parents=True, mode=0o755)
+    return str(target)
+
+
+def _write_files(folder: Path, files: Iterable[tuple[str, bytes, int]], fs_group: Any) -> None:
+    folder.mkdir(exist_ok=True)
+    os.chmod(folder, 0o755)
+    for relative, content, mode in files:
+        target = folder / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        if fs_group is not None:
+            os.chown(target, -1, int(fs_group))
+            mode |= 0o040
+        os.chmod(target, mode)
+
+
+def _open_append(path: Path) -> Any:
+    return open(path, "ab")  # handed to a child process, closed by the caller
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """The paths that no other path of the list contains."""
+    unique = sorted(set(paths), key=len)
+    kept: list[str] = []
+    for p in unique:
+        if p != "/" and not any(p == k or p.startswith(k.rstrip("/") + "/") for k in kept):
+            kept.append(p)
+    return kept
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _terminated(code: int, reason: str, message: str | None = None) -> dict[str, Any]:
+    now = _now()
+    state: dict[str, Any] = {
+        "exitCode": code,
+        "reason": reason,
+        "startedAt": now,
+        "finishedAt": now,
+    }
+    if message:
+        state["message"] = message
+    return {"terminated": state}
+
+
+def _image_id(image: str) -> str:
+    repository = image.rsplit("@", 1)[0]
+    if ":" in repository.rsplit("/", 1)[-1]:
+        repository = repository.rsplit(":", 1)[0]
+    return f"{repository}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
+
+
+def _grace(pod: _Pod) -> float:
+    return float(pod.spec.get("terminationGracePeriodSeconds", 30))
+
+
+def _port(spec: Mapping[str, Any], port: int | str) -> int:
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    for entry in spec.get("ports") or ():
+        if entry.get("name") == port:
+            return int(entry["containerPort"])
+    raise ValueError(f"no port named {port!r}")
+
+
+def _resource_field(spec: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
+    kind, _, resource = str(ref.get("resource", "")).partition(".")
+    resources = (spec.get("resources") or {}).get(kind) or {}
+    value = resources.get(resource)
+    if value is None:
+        if resource == "memory":
+            return str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        return str(os.cpu_count() or 1)
+    divisor = parse_quantity(ref.get("divisor", "1"))
+    return str(int((parse_quantity(value) / divisor).to_integral_value(decimal.ROUND_CEILING)))
+
+
+def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    # By pid, never proc.kill(): Popen.send_signal polls (waitpid) first and may reap the child
+    # before asyncio's child watcher does, which then reports exit code 255.
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proc.pid, signal.SIGKILL)
+
+
+async def _reap(proc: asyncio.subprocess.Process, *, kill: bool = False) -> None:
+    if kill:
+        _kill_group(proc)
+    try:
+        async with asyncio.timeout(60):
+            await proc.wait()
+    except TimeoutError:
+        log.warning("process %d does not end", proc.pid)
+
+
+async def _cancel(tasks: Iterable[asyncio.Task[Any]], *, rounds: int = 24) -> None:
+    """Cancel tasks and wait until they end, cancelling again any that swallowed it (Python
+    3.11's ``asyncio.wait_for`` can, when what it waits for ends at the same moment)."""
+    pending = {t for t in tasks if not t.done()}
+    for _ in range(rounds):
+        if not pending:
+            return
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=2)
+    if pending:
+        names = sorted(t.get_name() for t in pending)
+        log.error("tasks that ignore cancellation are left running: %s", names)
+
+
+async def _read_all(fd: int) -> bytes:
+    """Read a pipe to its end without blocking the loop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
+    )
+    try:
+        return await reader.read()
+    finally:
+        transport.close()
+
+
+async def _grpc_probe(port: int, service: str, timeout: float) -> bool:
+    import grpc  # only probes need it
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    async with grpc.aio.insecure_channel(f"{HOST_IP}:{port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            answer = await stub.Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout
+            )
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def _log_failure(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("kubelet task %s failed", task.get_name(), exc_info=task.exception())
+
+
+# -- the scheduler --------------------------------------------------------------------------------
+
+
+class Scheduler:
+    """Binds each unbound Pod to a ready node through ``pods/{name}/binding``.
+
+    Nodes are chosen round-robin among those whose ``Ready`` condition is True, that are not
+    ``unschedulable``, whose labels match the Pod's ``nodeSelector`` and whose ``NoSchedule`` /
+    ``NoExecute`` taints the Pod tolerates. A Pod with no such node waits until one appears.
+    """
+
+    def __init__(self, api_url: str) -> None:
+        self.api_url = api_url
+        self._api = _Api(api_url)
+        self._pending: dict[str, dict[str, Any]] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._turn = 0
+        self.bound: dict[str, str] = {}
+        """``namespace/name`` -> node, for every binding this scheduler made."""
+
+    async def __aenter__(self) -> Scheduler:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Watch unbound Pods and Nodes, and bind."""
+        await self._api.open()
+        self._tasks = [
+            asyncio.create_task(
+                _inform(self._api, "/api/v1/pods", {"fieldSelector": "spec.nodeName="}, self._pod),
+                name="scheduler pods",
+            ),
+            asyncio.create_task(
+                _inform(self._api, "/api/v1/nodes", {}, self._node), name="scheduler nodes"
+            ),
+            asyncio.create_task(self._loop(), name="scheduler"),
+        ]
+
+    async def close(self) -> None:
+        """Stop scheduling."""
+        await _cancel(self._tasks)
+        self._tasks = []
+        await self._api.close()
+
+    async def _pod(self, kind: str, obj: dict[str, Any]) -> None:
+        uid = obj["metadata"]["uid"]
+        if kind == "DELETED" or obj["metadata"].get("deletionTimestamp"):
+            self._pending.pop(uid, None)
+        else:
+            self._pending[uid] = obj
+        self._wake.set()
+
+    async def _node(self, kind: str, obj: dict[str, Any]) -> None:
+        name = obj["metadata"]["name"]
+        if kind == "DELETED":
+            self._nodes.pop(name, None)
+        else:
+            self._nodes[name] = obj
+        self._wake.set()
+
+    def _fits(self, pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
+        if condition(node, "Ready") != "True" or (node.get("spec") or {}).get("unschedulable"):
+            return False
+        spec = pod.get("spec") or {}
+        labels = node["metadata"].get("labels") or {}
+        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
+            return False
+        tolerations = spec.get("tolerations") or ()
+        for taint in (node.get("spec") or {}).get("taints") or ():
+            if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+                continue
+            if not any(_tolerates(t, taint) for t in tolerations):
+                return False
+        return True
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            for uid, pod in list(self._pending.items()):
+                nodes = sorted(n for n, node in self._nodes.items() if self._fits(pod, node))
+                if not nodes:
+                    continue
+                node = nodes[self._turn % len(nodes)]
+                self._turn += 1
+                meta = pod["metadata"]
+                try:
+                    await self._api.call(
+                        "POST",
+                        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                        body={
+                            "apiVersion": "v1",
+                            "kind": "Binding",
+                            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+                            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+                        },
+                    )
+                    self.bound[f"{meta['namespace']}/{meta['name']}"] = node
+                except ApiStatusError as exc:
+                    if exc.code not in (404, 409):
+                        log.warning("cannot bind %s to %s: %s", meta["name"], node, exc)
+                        self._wake.set()
+                        await asyncio.sleep(0.5)
+                        continue
+                self._pending.pop(uid, None)
+
+
+def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint.get("key")
+    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+@dataclasses.dataclass
+class Cluster:
+    """A scheduler and kubelets for an emulator (see `cluster`)."""
+
+    scheduler: Scheduler
+    kubelets: dict[str, Kubelet]
+
+
+@contextlib.asynccontextmanager
+async def cluster(
+    emulator: Any,
+    *,
+    nodes: Sequence[str] = ("node-1",),
+    root: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> AsyncIterator[Cluster]:
+    """A scheduler and one kubelet per node for an emulator, for demos and benchmarks.
+
+    Args:
+        emulator: A started `tests.support.k8s_emulator.K8sEmulator`; its ``hold_deletions``
+            is set, so gracefully deleted Pods wait for their kubelet.
+        nodes: The node names.
+        root: A folder for the kubelets' folders (one per node inside); temporary when None.
+        **options: Passed to each `Kubelet`.
+
+    Yields:
+        The `Cluster`; everything is stopped and cleaned up on exit.
+    """
+    emulator.hold_deletions = True
+    async with contextlib.AsyncExitStack() as stack:
+        scheduler = await stack.enter_async_context(Scheduler(emulator.url))
+        kubelets = {}
+        for name in nodes:
+            folder = Path(root) / name if root is not None else None
+            kubelets[name] = await stack.enter_async_context(
+                Kubelet(emulator.url, name, root=folder, **options)
+            )
+        yield Cluster(scheduler, kubelets)
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def kube_scheduler(k8s_emulator: Any) -> AsyncIterator[Scheduler]:
+    """A `Scheduler` for the test's emulator."""
+    async with Scheduler(k8s_emulator.url) as scheduler:
+        yield scheduler
+
+
+@pytest_asyncio.fixture
+async def kubelet(
+    k8s_emulator: Any, kube_scheduler: Scheduler, tmp_path: Path
+) -> AsyncIterator[Kubelet]:
+    """A started `Kubelet` for node ``node-1`` of the test's emulator, with a scheduler.
+
+    The emulator keeps gracefully deleted Pods Terminating until the kubelet finishes them
+    (``hold_deletions``), as a real API server does for Pods bound to a node. Restart back-off
+    is 1 s doubling to 10 s (the kubelet's: 10 s to 300 s).
+    """
+    k8s_emulator.hold_deletions = True
+    async with Kubelet(
+        k8s_emulator.url, "node-1", root=tmp_path / "kubelet", backoff=(1.0, 10.0)
+    ) as node:
+        yield node
