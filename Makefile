@@ -13,7 +13,7 @@ CLAUDE_CODE_VERSION ?= 2.1.112
 CODEX_VERSION ?= 0.162.0
 HARNESSES := .harnesses
 
-.PHONY: setup system harnesses qualify protos protos-check lint test test-fast bench demo clean
+.PHONY: setup system harnesses qualify evidence protos protos-check lint test test-fast bench demo clean
 
 ## setup: system packages (redis-server, chromium, git, node, tmux), the pinned agent CLIs and the
 ## virtualenv with every dependency
@@ -27,6 +27,7 @@ system:
 	command -v node >/dev/null || missing="$$missing nodejs"; \
 	command -v npm >/dev/null || missing="$$missing npm"; \
 	command -v tmux >/dev/null || missing="$$missing tmux"; \
+	command -v kubectl >/dev/null || missing="$$missing kubernetes-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
@@ -82,6 +83,11 @@ test: setup protos-check
 ## docs/harness-qualification.md (see `python -m scripts.qualify --help` for the flags)
 qualify: setup
 	$(BIN)/python -m scripts.qualify
+
+## evidence: run SV2-CKP-05's five evidence inputs live on the end-to-end cluster and write
+## evidence/SV2-CKP-05/result.json ("mocked": false)
+evidence: setup
+	AGENTIHOOKS_EVIDENCE_OUT=evidence/SV2-CKP-05/result.json $(BIN)/python -m pytest -q -p no:cacheprovider tests/e2e/test_evidence.py
 
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

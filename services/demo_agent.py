@@ -24,7 +24,8 @@ else the demo relies on follows the real CLI, as observed with Claude Code 2.1.1
 Demo behaviour (not the real CLI's): a first run without a prompt takes the seat's task text
 (`AGENTIHOOKS_TASK_TEXT`) as its prompt. Generation 1 of eng-1 writes its session, changes the
 worktree and then crashes; generation 1 of eng-2 fails before any conversation; any later
-fresh generation writes `FRESH`; a resume writes `RESUMED` and exits 0. Outside a worker (no
+fresh generation writes `FRESH`; a resume writes `RESUMED` and exits 0. With `DEMO_FAILURE=oom`
+the crash is a memory hog the kernel's OOM killer ends (for tests with a memory limit). Outside a worker (no
 `AGENTIHOOKS_GENERATION`) a first run writes its session and exits 0.
 """
 
@@ -197,7 +198,13 @@ def append(path: pathlib.Path, records: list[dict[str, Any]]) -> None:
 def main(argv: list[str]) -> int:
     options = argv[: argv.index("--")] if "--" in argv else argv
     if "--version" in options or "-v" in options:
-        print(f"{VERSION} (Claude Code)")
+        # A test can give the "image" another version (DEMO_VERSION_FILE names a file holding
+        # it), as a worker image with another Claude Code build would report.
+        version_file = os.environ.get("DEMO_VERSION_FILE", "")
+        version = VERSION
+        if version_file and os.path.exists(version_file):
+            version = pathlib.Path(version_file).read_text().strip() or VERSION
+        print(f"{version} (Claude Code)")
         return 0
     printing, resume, prompt = parse(argv)
     if prompt is None and printing and not sys.stdin.isatty():
@@ -244,6 +251,12 @@ def main(argv: list[str]) -> int:
         return 0
     # Give the restorer sidecar time to capture a checkpoint, then fail like a crashed worker.
     time.sleep(float(os.environ.get("DEMO_WORK_SECONDS", "4")))
+    if os.environ.get("DEMO_FAILURE") == "oom":
+        # Grow past the container's memory limit: the kernel's OOM killer ends this process.
+        print(f"demo agent {seat}: growing past the memory limit", flush=True)
+        hoard = []
+        while True:
+            hoard.append(bytearray(64 * 1024 * 1024))
     print(f"demo agent {seat}: crashing", flush=True)
     return 1
 

@@ -178,6 +178,26 @@ def _missing(conf: settings.RestorerSettings, command: str) -> str | None:
     return None
 
 
+def _capture_interval(env: Mapping[str, str]) -> float:
+    """`AGENTIHOOKS_CAPTURE_INTERVAL_S` (the controller passes it to every worker Pod), else
+    the default; a value that is not a number of seconds stops the sidecar at start."""
+    raw = env.get(settings.PREFIX + "CAPTURE_INTERVAL_S", "")
+    if not raw:
+        return capturing.DEFAULT_INTERVAL_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        print(
+            f"agentihooks-restorer: {settings.PREFIX}CAPTURE_INTERVAL_S must be a number of"
+            f" seconds, not {raw!r}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return value
+
+
 def _worktree(value: str) -> pathlib.Path:
     path = pathlib.Path(value)
     if not path.is_absolute():
@@ -196,8 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     serve.add_argument(
         "--capture-interval",
         type=float,
-        default=capturing.DEFAULT_INTERVAL_S,
-        help="seconds between captures once restored (0: no captures)",
+        default=None,
+        help=(
+            "seconds between captures once restored (0: no captures; default:"
+            f" AGENTIHOOKS_CAPTURE_INTERVAL_S, else {capturing.DEFAULT_INTERVAL_S:g})"
+        ),
     )
     serve.add_argument("--exit-with", type=int, metavar="PID", help="stop when process PID is gone")
     for name, text in (
@@ -207,7 +230,11 @@ def main(argv: list[str] | None = None) -> None:
         ("worker", "a whole worker outside Kubernetes: start the sidecar, then the entry point"),
     ):
         sub = commands.add_parser(name, help=text)
-        sub.add_argument("--worktree", default=os.getcwd(), help="the task worktree")
+        sub.add_argument(
+            "--worktree",
+            default=os.environ.get(settings.PREFIX + "WORKTREE") or os.getcwd(),
+            help="the task worktree (default: AGENTIHOOKS_WORKTREE, else this folder)",
+        )
     commands.choices["entry"].add_argument(
         "--sidecar", help="HOST:PORT of the sidecar (default: AGENTIHOOKS_RESTORER_ADDR)"
     )
@@ -222,7 +249,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agentihooks-restorer: {missing}", file=sys.stderr)
         raise SystemExit(2)
     if args.command == "serve":
-        asyncio.run(_serve(conf, args.capture_interval, args.exit_with))
+        interval = args.capture_interval
+        if interval is None:
+            interval = _capture_interval(os.environ)
+        asyncio.run(_serve(conf, interval, args.exit_with))
         return
     if args.command == "worker":
         local_worker.run(os.environ)

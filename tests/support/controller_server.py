@@ -166,19 +166,28 @@ async def start_controller(
     lease_ttl_ms: int = 2000,
     listen: str = "127.0.0.1:0",
     worker_env: Mapping[str, str] | None = None,
+    backend: storing.Backend | None = None,
+    template: Mapping[str, Any] | None = None,
+    check_nodes: bool = False,
+    store_addr: str | None = None,
+    entry_point: tuple[str, ...] = (),
 ) -> tuple[Controller, grpc.aio.Server]:
     """Start a controller whose workers are Pods on the emulator (`worker_env`: the settings
-    its Pods get, as `agentihooks-controller` gives them from its own)."""
+    its Pods get, as `agentihooks-controller` gives them from its own; `backend`: where it
+    lists checkpoints, the local folder `root` by default; `template`: the worker Pod
+    template, the built-in one by default)."""
     client = aioredis.Redis.from_url(redis_url)
     runtime = kubernetes.KubernetesRuntime(
         emulator.api_client,
         NAMESPACE,
-        templates.default_pod_template(),
-        check_nodes=False,
+        dict(template) if template is not None else templates.default_pod_template(),
+        check_nodes=check_nodes,
         worker_env=worker_env,
     )
     checkpoints = (
-        replacing.BackendCheckpoints(local.LocalFolderBackend(root)) if with_store else None
+        replacing.BackendCheckpoints(backend or local.LocalFolderBackend(root))
+        if with_store
+        else None
     )
     hub = hubs.Hub(
         client,
@@ -190,6 +199,8 @@ async def start_controller(
         lease_ttl_ms=lease_ttl_ms,
         pass_interval_s=pass_interval_s,
         runtime_name="kubernetes",
+        store_addr=store_addr,
+        entry_point=entry_point,
     )
     service = grpc_api.RecoveryService(hub)
     server, port = await rpc.start_server(

@@ -50,7 +50,11 @@ _DEFAULT_TEMPLATE: dict[str, Any] = {
                 "name": classifying.WORKER_CONTAINER,
                 "image": "registry.local/agent-worker:latest",
                 "command": ["agentihooks-restorer", "entry"],
-                "env": [{"name": "HOME", "value": "/home/agent"}],
+                "env": [
+                    {"name": "HOME", "value": "/home/agent"},
+                    # The task worktree, in the `work` volume; its parent is the attempt folder.
+                    {"name": "AGENTIHOOKS_WORKTREE", "value": "/work/app"},
+                ],
                 "resources": {
                     "requests": {"cpu": "500m", "memory": "1Gi"},
                     "limits": {"memory": "4Gi"},
@@ -107,6 +111,9 @@ def _copy(document: Any) -> Any:
 
 
 SHARED_SETTINGS = (
+    # The worker's home is the harness home the sidecar restores into and captures from.
+    "HOME",
+    "AGENTIHOOKS_HARNESS_HOME",
     "AGENTIHOOKS_CONTROL_ADDR",
     "AGENTIHOOKS_STORE_ADDR",
     "AGENTIHOOKS_CHECKPOINT_BUCKET",

@@ -1,0 +1,252 @@
+"""The end-to-end cluster: worker Pods whose containers really run.
+
+The controller (Kubernetes runtime, real Redis) and the checkpoint store (on S3: moto server)
+serve on loopback; the Kubernetes API emulator's kubelet runs each Pod the controller creates as
+processes, exactly as its spec says: the restorer sidecar (`agentihooks-restorer serve`), the
+worker entry point (`agentihooks-restorer entry`) exec'ing the harness, the template's user,
+volumes and memory limit. The harness is the demo's stand-in for Claude Code, which behaves like
+the real 2.1 CLI in what this relies on (session files, `--resume ID -- PROMPT`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any
+
+import boto3
+import pytest
+
+from services.common.checkpoints import s3 as s3_backend
+from services.controller import main as controller_main
+from services.controller.pods import classifying, templates
+from tests.support import controller_server as cs
+from tests.support import git_repos, k8s_emulator, ports, redis_server, s3, store_server
+from tests.support import kubelet as kubelets
+
+SWARM = "example"
+SEAT = "eng-1"
+FIRST, SECOND = f"{SWARM}.{SEAT}.1", f"{SWARM}.{SEAT}.2"
+PROJECT = pathlib.Path(__file__).resolve().parents[2]
+IMAGE_PATHS = (
+    str(PROJECT),
+    sys.prefix,
+    sys.base_prefix,
+    str(pathlib.Path(sys.executable).resolve().parent.parent),
+)
+"""The kubelet's "image": this project, its venv and its Python (as the kubelet's default)."""
+WAIT_S = 300.0
+"""Pods start Python processes and clone a repository: seconds here, longer on a loaded CI."""
+
+
+@dataclasses.dataclass
+class Cluster:
+    ctl: cs.Controller
+    node: kubelets.Kubelet
+    bucket: s3.S3Bucket
+    image: pathlib.Path
+    backend: Any = None
+
+    @property
+    def emulator(self) -> k8s_emulator.K8sEmulator:
+        return self.ctl.emulator
+
+    def pod(self, execution: str) -> dict[str, Any]:
+        pod = self.ctl.pod_of(execution)
+        assert pod is not None, f"no Pod for {execution}"
+        return pod
+
+    def pod_name(self, execution: str) -> str:
+        return templates.pod_name(SWARM, execution)
+
+    def volume(self, execution: str, volume: str) -> pathlib.Path:
+        return self.node.volume_path(cs.NAMESPACE, self.pod_name(execution), volume)
+
+    def logs(self, execution: str, container: str) -> str:
+        return self.node.logs(cs.NAMESPACE, self.pod_name(execution), container)
+
+
+def _image_folder() -> pathlib.Path:
+    """What the worker image adds to this machine's: the harness on a path any user reads."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix="agentihooks-image-"))
+    folder.chmod(0o755)
+    bin_dir = folder / "bin"
+    bin_dir.mkdir(mode=0o755)
+    claude = bin_dir / "claude"
+    claude.write_text('#!/bin/sh\nexec python3 -m services.demo_agent "$@"\n')
+    claude.chmod(0o755)
+    return folder
+
+
+WORKER_UID = 1000
+"""The worker user of the built-in Pod template (runAsUser)."""
+
+
+def _project(image: pathlib.Path) -> str:
+    """The registered project's repository, owned by the worker user (git refuses to read a
+    repository another user owns: `safe.directory`)."""
+    project = git_repos.project(image / "project")
+    for path in [image / "project", *(image / "project").rglob("*")]:
+        os.chown(path, WORKER_UID, WORKER_UID, follow_symlinks=False)
+    return project.url
+
+
+def _template(memory_limit: str, failure: str, image: pathlib.Path) -> dict[str, Any]:
+    """The built-in worker template, with the stand-in's knobs and a small memory limit."""
+    template = templates.default_pod_template()
+    [worker] = template["spec"]["containers"]
+    worker["env"] += [
+        {"name": "DEMO_VERSION_FILE", "value": str(image / "VERSION")},
+        {"name": "DEMO_WORK_SECONDS", "value": "600" if failure == "none" else "3"},
+        {"name": "DEMO_FAILURE", "value": failure},
+    ]
+    # The harness's version is a property of the image both containers run: the sidecar reads
+    # it too (a template's `restorer` container gives the injected sidecar its env).
+    template["spec"]["initContainers"] = [
+        {
+            "name": classifying.RESTORER_CONTAINER,
+            "image": "ignored",
+            "env": [{"name": "DEMO_VERSION_FILE", "value": str(image / "VERSION")}],
+        }
+    ]
+    worker["resources"]["requests"]["memory"] = memory_limit
+    worker["resources"]["limits"]["memory"] = memory_limit
+    return template
+
+
+@pytest.fixture
+async def cluster(
+    request: pytest.FixtureRequest,
+    tmp_path: pathlib.Path,
+    redis_server: redis_server.RedisServer,
+    s3_bucket: s3.S3Bucket,
+    k8s_emulator: k8s_emulator.K8sEmulator,
+) -> AsyncIterator[Cluster]:
+    reason = kubelets.unsupported_reason()
+    if reason is not None:
+        pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")
+    image = _image_folder()
+    k8s_emulator.hold_deletions = True
+    backend = s3_backend.S3Backend(
+        s3_bucket.name, s3_bucket.endpoint_url, session=s3_bucket.session()
+    )
+    root = await cs.empty_state(redis_server.url, tmp_path)
+    store, store_port, store_service = await store_server.start_store(
+        root, redis_server.url, backend=backend
+    )
+    listen = f"127.0.0.1:{ports.free_port()}"
+    conf = controller_main.settings.load_controller(
+        {
+            "AGENTIHOOKS_RUNTIME": "kubernetes",
+            "AGENTIHOOKS_CONTROL_ADDR": listen,
+            "AGENTIHOOKS_WORKER_CONTROL_ADDR": listen,
+            "AGENTIHOOKS_STORE_ADDR": f"127.0.0.1:{store_port}",
+            "AGENTIHOOKS_GRANT_KEY": cs.GRANT_KEY,
+            "AGENTIHOOKS_OPERATOR_TOKEN": cs.OPERATOR_TOKEN,
+            "AGENTIHOOKS_WORKER_IMAGE": cs.IMAGE,
+        }
+    )
+    worker_env = controller_main.worker_settings(
+        conf, listen, {"AGENTIHOOKS_CAPTURE_INTERVAL_S": "0.5"}
+    )
+    ctl, server = await cs.start_controller(
+        redis_server.url,
+        k8s_emulator,
+        root,
+        listen=listen,
+        worker_env=worker_env,
+        backend=backend,
+        template=_template("256Mi", _marked(request, "oom"), image),
+        store_addr=f"127.0.0.1:{store_port}",
+        entry_point=conf.entry_point,
+        check_nodes=True,
+    )
+    node = kubelets.Kubelet(
+        k8s_emulator.url,
+        "node-1",
+        root=tmp_path / "kubelet",
+        backoff=(0.5, 5.0),
+        image_paths=[*IMAGE_PATHS, str(image)],
+        heartbeat=1.0,
+    )
+    scheduler = kubelets.Scheduler(k8s_emulator.url)
+    await scheduler.__aenter__()
+    await node.start()
+    try:
+        yield Cluster(ctl, node, s3_bucket, image, backend)
+    finally:
+        await node.close()
+        await scheduler.__aexit__(None, None, None)
+        await cs.stop_controller(ctl, server)
+        await store.stop(None)
+        await store_service.aclose()
+        await backend.aclose()
+        shutil.rmtree(image, ignore_errors=True)
+
+
+def _marked(request: pytest.FixtureRequest, default: str) -> str:
+    """How generation 1 of the stand-in fails (`worker_failure` mark): `oom` grows past the
+    memory limit, `crash` exits 1, `none` keeps working (`DEMO_WORK_SECONDS` long)."""
+    mark = request.node.get_closest_marker("worker_failure")
+    return str(mark.args[0]) if mark else default
+
+
+def _document(cluster: Cluster, *, automation: bool = True) -> str:
+    return json.dumps(
+        {
+            "swarm": SWARM,
+            "worker_image": cs.IMAGE,
+            "harness": "claude_code",
+            "command": [str(cluster.image / "bin" / "claude"), "-p", "Write the progress notes"],
+            "restore_automation": automation,
+            "checkpoint_remote": True,
+            "projects": [{"name": "app", "repository": _project(cluster.image)}],
+            "accounts": [{"name": "acct-a", "slots": 2}],
+            "seats": [{"seat": SEAT, "task": {"text": "Write the progress notes"}}],
+        }
+    )
+
+
+async def _terminated(cluster: Cluster, execution: str, container: str) -> dict[str, Any]:
+    async def check() -> dict[str, Any]:
+        status = kubelets.container_status(cluster.pod(execution), container)
+        terminated = status.get("state", {}).get("terminated")
+        assert terminated, status
+        return dict(terminated)
+
+    return await ports.eventually(check, timeout=WAIT_S)
+
+
+async def _pending(cluster: Cluster) -> Any:
+    async def check() -> Any:
+        status = await cluster.ctl.status()
+        cards = [h for h in status.handoffs if h.execution_id == FIRST]
+        assert cards and cards[0].decision == "recovery_pending" and cards[0].resume_available, (
+            cards
+        )
+        return cards[0]
+
+    return await ports.eventually(check, timeout=WAIT_S)
+
+
+def _s3(cluster: Cluster) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=cluster.bucket.endpoint_url,
+        aws_access_key_id=s3.ACCESS_KEY,
+        aws_secret_access_key=s3.SECRET_KEY,
+        region_name=s3.REGION,
+    )
+
+
+def _pod_exists(cluster: Cluster, execution: str) -> Any:
+    async def check() -> dict[str, Any]:
+        return cluster.pod(execution)
+
+    return check
