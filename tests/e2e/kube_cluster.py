@@ -166,6 +166,9 @@ async def cluster(
         store_addr=f"127.0.0.1:{store_port}",
         entry_point=conf.entry_point,
         check_nodes=True,
+        # The production default: Pods running beside the controller load the machine, and a
+        # lease that lapses makes a decision call answer not_leader for a moment.
+        lease_ttl_ms=10_000,
     )
     node = kubelets.Kubelet(
         k8s_emulator.url,

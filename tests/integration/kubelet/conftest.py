@@ -1,5 +1,19 @@
-"""The kubelet fixtures (tests/support/kubelet.py) for these tests."""
+"""The kubelet fixtures (tests/support/kubelet.py) for these tests.
 
+A machine that cannot run the kubelet (no root, no cgroup v1 memory, no `unshare`) fails every
+test here with the reason, loudly: these tests are never skipped.
+"""
+
+import pytest
+
+from tests.support import kubelet as kubelet_module
 from tests.support.kubelet import kube_scheduler, kubelet
 
 __all__ = ["kube_scheduler", "kubelet"]
+
+
+@pytest.fixture(autouse=True)
+def _kubelet_can_run() -> None:
+    reason = kubelet_module.unsupported_reason()
+    if reason is not None:
+        pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")

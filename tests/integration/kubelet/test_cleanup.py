@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.integration.kubelet import pods
 from tests.support import kubelet as kubelet_module
-
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
 
 # Ignores SIGTERM and leaves a grandchild in its own session, writing both pids down.
 STUBBORN = """

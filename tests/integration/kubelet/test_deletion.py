@@ -4,15 +4,7 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
-
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
 
 # Ignores SIGTERM (recording it), keeps a child process, and says when it is set up.
 STUBBORN = """

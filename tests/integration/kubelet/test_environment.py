@@ -8,11 +8,6 @@ import pytest
 from tests.integration.kubelet import pods
 from tests.support import kubelet as kubelet_module
 
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
-
 PRINT_ENV = """
 import os
 for name in ("TOKEN", "GREETING", "POD", "NODE", "HOSTNAME"):

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
-
 from services.controller.pods import classifying
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
-
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
 
 GROW = """
 import sys

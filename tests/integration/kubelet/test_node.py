@@ -6,16 +6,9 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-import pytest
-
 from services.controller.pods import classifying
 from tests.integration.kubelet import pods
 from tests.support import kubelet as kubelet_module
-
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
 
 TICK = """
 import os, time

@@ -2,15 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
-
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
 
 WHO = """
 import os

@@ -11,11 +11,6 @@ from tests.integration.kubelet import pods
 from tests.support import kubelet as kubelet_module
 from tests.support import ports
 
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
-
 SHARED = {"name": "shared", "emptyDir": {}}
 MOUNT = [{"name": "shared", "mountPath": "/shared"}]
 

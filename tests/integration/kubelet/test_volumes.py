@@ -6,17 +6,9 @@ import os
 import secrets
 from pathlib import Path
 
-import pytest
-
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
 
 PROJECT = Path(__file__).resolve().parents[3]
-
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
 
 
 async def test_an_empty_dir_and_a_secret_are_mounted_for_the_pod_only(

@@ -14,11 +14,6 @@ from tests.integration.kubelet import pods
 from tests.support import kubelet as kubelet_module
 from tests.support import ports
 
-pytestmark = pytest.mark.skipif(
-    kubelet_module.unsupported_reason() is not None,
-    reason=str(kubelet_module.unsupported_reason()),
-)
-
 NS = "workers"
 TOKEN = "wk-kubelet-test-credential"
 
@@ -58,8 +53,9 @@ async def test_the_controllers_worker_pod_runs_with_its_restorer_sidecar(
     k8s_emulator, kubelet
 ) -> None:
     if not _port_free(templates.RESTORER_PORT):
-        pytest.skip(
-            f"port {templates.RESTORER_PORT} (the restorer's, fixed by the template) is taken"
+        pytest.fail(
+            f"port {templates.RESTORER_PORT} (the restorer's, fixed by the template) is taken:"
+            " stop what listens there"
         )
     rt = kubernetes.KubernetesRuntime(k8s_emulator.api_client, NS, templates.default_pod_template())
     spec = runtime.LaunchSpec(
@@ -82,7 +78,7 @@ async def test_the_controllers_worker_pod_runs_with_its_restorer_sidecar(
 
     restorer_runs = sorted(kubelet.log_path(NS, name, "restorer").parent.glob("*.log"))
     if any("Failed to bind to address" in run.read_text() for run in restorer_runs):
-        pytest.skip(f"port {templates.RESTORER_PORT} was taken while the test ran")
+        pytest.fail(f"port {templates.RESTORER_PORT} was taken while the test ran")
     facts = json.loads(kubelet.logs(NS, name, "worker"))
     assert facts == {
         "uid": 1000,
