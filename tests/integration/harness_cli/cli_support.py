@@ -13,11 +13,14 @@ the fenced attempt and its replacement.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import pathlib
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -412,3 +415,24 @@ def run_in_tmux(
         return screen() or last
     finally:
         subprocess.run([tmux, *socket, "kill-server"], capture_output=True, check=False)
+        # An interactive Codex starts a shared app-server daemon from its home that outlives
+        # the terminal (a Pod's end takes it along); end it with the test.
+        home = pathlib.Path(env["HOME"])
+        for _ in range(3):
+            _kill_under(home)
+            time.sleep(0.5)
+
+
+def _kill_under(folder: pathlib.Path) -> None:
+    """SIGKILL every process whose executable or arguments name a path under `folder`."""
+    marker = str(folder)
+    for proc in pathlib.Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(marker.encode() in word for word in argv):
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), signal.SIGKILL)
