@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import types_pb2
+from kubernetes_asyncio import client as k8s_client
 
 from services.common.checkpoints import records, storing
 from services.controller.pods import classifying
 from services.controller.state import reading
 from tests.e2e.kube_cluster import (
-    FIRST,
     SEAT,
     SECOND,
     SWARM,
@@ -74,14 +74,6 @@ def _summary(cluster: Cluster, execution: str) -> dict[str, Any]:
     }
 
 
-async def _captured(cluster: Cluster) -> None:
-    async def check() -> None:
-        execution = await reading.execution(cluster.ctl.redis, SWARM, FIRST)
-        assert execution is not None and execution.native_session_id, execution
-
-    await ports.eventually(check, timeout=WAIT_S)
-
-
 async def _replacement_done(cluster: Cluster) -> None:
     await _terminated(cluster, SECOND, classifying.WORKER_CONTAINER)
 
@@ -92,14 +84,25 @@ async def _replacement_done(cluster: Cluster) -> None:
     await ports.eventually(reported, timeout=WAIT_S)
 
 
+async def _cordon(cluster: Cluster, unschedulable: bool) -> None:
+    api = k8s_client.CoreV1Api(cluster.emulator.api_client)
+    await api.patch_node("node-1", {"spec": {"unschedulable": unschedulable}})
+
+
 async def _held_then(cluster: Cluster, change: Any) -> None:
-    """Fail the running first attempt on a stopped node (node_lost; automation resumes it
-    natively, the replacement waits for the node), apply `change`, then start the node."""
-    await _captured(cluster)
-    await cluster.node.stop()
+    """The first attempt crashed (automation off: it waits); with the node cordoned the
+    operator's resume is accepted (the checkpoint verifies then) and the replacement waits to
+    be scheduled; `change` is applied; the node is uncordoned and the replacement runs."""
+    await _pending(cluster)
+    await _cordon(cluster, True)
+    answer = await cluster.ctl.stub.RestoreDecision(
+        pb.RestoreDecisionRequest(swarm=SWARM, seat=SEAT, choice=types_pb2.CHOICE_RESUME),
+        metadata=cs.OPERATOR,
+    )
+    assert answer.decision.replacement_execution_id == SECOND
     await ports.eventually(_pod_exists(cluster, SECOND), timeout=WAIT_S)
     await change()
-    await cluster.node.start()
+    await _cordon(cluster, False)
 
 
 @pytest.mark.worker_failure("oom")
@@ -114,9 +117,9 @@ async def test_a_valid_checkpoint_restores_natively(cluster: Cluster) -> None:
     }
 
 
-@pytest.mark.worker_failure("none")
+@pytest.mark.worker_failure("crash")
 async def test_a_corrupt_object_is_refused(cluster: Cluster) -> None:
-    await cluster.ctl.apply(_document(cluster))
+    await cluster.ctl.apply(_document(cluster, automation=False))
 
     async def corrupt() -> None:
         client = _s3(cluster)
@@ -129,15 +132,15 @@ async def test_a_corrupt_object_is_refused(cluster: Cluster) -> None:
     summary = _summary(cluster, SECOND)
     assert summary["refusal_reason"] == "corrupt_object" and summary["restore_verified"] is None
     SEEN["corrupt object"] = {
-        "ran": "node lost; automatic native resume; the checkpoint's objects overwritten in the"
-        " bucket before the replacement started",
+        "ran": "worker crashed; the operator's resume accepted; the checkpoint's objects"
+        " overwritten in the bucket before the replacement started",
         **summary,
     }
 
 
-@pytest.mark.worker_failure("none")
+@pytest.mark.worker_failure("crash")
 async def test_an_unsupported_harness_version_is_refused(cluster: Cluster) -> None:
-    await cluster.ctl.apply(_document(cluster))
+    await cluster.ctl.apply(_document(cluster, automation=False))
 
     async def upgrade() -> None:
         (cluster.image / "VERSION").write_text("3.0.0\n")
@@ -147,14 +150,15 @@ async def test_an_unsupported_harness_version_is_refused(cluster: Cluster) -> No
     summary = _summary(cluster, SECOND)
     assert summary["refusal_reason"] == "unqualified_version", summary
     SEEN["unsupported harness version"] = {
-        "ran": "node lost; automatic native resume; the replacement's harness reports 3.0.0",
+        "ran": "worker crashed; the operator's resume accepted; the replacement's harness"
+        " reports 3.0.0",
         **summary,
     }
 
 
-@pytest.mark.worker_failure("none")
+@pytest.mark.worker_failure("crash")
 async def test_a_conversation_mismatch_is_refused(cluster: Cluster) -> None:
-    await cluster.ctl.apply(_document(cluster))
+    await cluster.ctl.apply(_document(cluster, automation=False))
 
     async def another_session() -> None:
         store = cluster.backend.scoped(storing.StoreScope(SWARM, f"t-{SEAT}", 1))
@@ -170,8 +174,8 @@ async def test_a_conversation_mismatch_is_refused(cluster: Cluster) -> None:
     summary = _summary(cluster, SECOND)
     assert summary["refusal_reason"] == "conversation_mismatch", summary
     SEEN["conversation mismatch"] = {
-        "ran": "node lost; automatic native resume; the checkpoint's native session rewritten"
-        " (hashes consistent) to another conversation than the fenced attempt held",
+        "ran": "worker crashed; the operator's resume accepted; the checkpoint's native session"
+        " rewritten (hashes consistent) to another conversation than the fenced attempt held",
         **summary,
     }
 

@@ -107,9 +107,12 @@ async def test_the_restorer_container_fetches_its_launch_record_with_its_spec_en
     home = tmp_path / "home"
     home.mkdir()
     image = {"PATH": f"{pathlib.Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home)}
+    # HOME is the worker's (the sidecar restores into the harness home the worker uses): in
+    # the Pod it is the `home` volume's mount path; here that volume is a folder of the test.
+    assert env["HOME"] == "/home/agent"
     process = await asyncio.create_subprocess_exec(
         *command,
-        env={**image, **env},
+        env={**image, **env, "HOME": str(home)},
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
