@@ -12,6 +12,7 @@ import json
 import pytest
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import types_pb2
+from kubernetes_asyncio import client as k8s_client
 
 from services.controller.pods import classifying
 from services.controller.state import reading
@@ -102,9 +103,10 @@ async def test_a_refused_restore_holds_the_seat_and_the_harness_never_starts(
     assert crashed["exitCode"] == 1
     card = await _pending(cluster)
     assert card.failure == "application_exit" and card.resume_label == "Resume native"
-    # The node stops taking Pods while the decision is accepted (the checkpoint verifies
-    # then), and the checkpoint's objects are corrupted before the replacement can start.
-    await cluster.node.stop()
+    # The node is cordoned while the decision is accepted (the checkpoint verifies then), and
+    # the checkpoint's objects are corrupted before the replacement can start.
+    api = k8s_client.CoreV1Api(cluster.emulator.api_client)
+    await api.patch_node("node-1", {"spec": {"unschedulable": True}})
     answer = await cluster.ctl.stub.RestoreDecision(
         pb.RestoreDecisionRequest(swarm=SWARM, seat=SEAT, choice=types_pb2.CHOICE_RESUME),
         metadata=cs.OPERATOR,
@@ -117,7 +119,7 @@ async def test_a_refused_restore_holds_the_seat_and_the_harness_never_starts(
     assert objects
     for key in objects:
         client.put_object(Bucket=cluster.bucket.name, Key=key, Body=b"tampered with")
-    await cluster.node.start()
+    await api.patch_node("node-1", {"spec": {"unschedulable": False}})
     stopped = await _terminated(cluster, SECOND, classifying.WORKER_CONTAINER)
     worker_log = cluster.logs(SECOND, classifying.WORKER_CONTAINER)
     assert stopped["exitCode"] != 0 and "corrupt_object" in worker_log, worker_log[-2000:]
