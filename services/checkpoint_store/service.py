@@ -4,6 +4,10 @@ The grant alone names the scope (swarm, task, task generation, execution generat
 cannot ask for another scope, so a grant for another task simply finds nothing of this one.
 Objects are checked against their SHA-256 while they stream in; a record is written only after
 every object it lists is stored.
+
+Every call's grant is checked against the revocations in Redis. While Redis does not answer,
+the store fails closed: a call whose grant's revocation cannot be read is refused with
+UNAVAILABLE (`redis_unavailable`), so a revoked grant is never accepted because Redis was down.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from agentihooks.swarm.v2 import checkpoint_store_pb2 as pb
 from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
-from services.common import errors, logs, revocations, rpc, settings, tokens
+from services.common import errors, logs, redis_link, revocations, rpc, settings, tokens
 from services.common.checkpoints import backends, records, storing, validation
 
 SERVICE_NAME = "agentihooks.swarm.v2.CheckpointStore"
@@ -51,7 +55,17 @@ def _name(sha256: str) -> str:
 
 
 class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
-    """Translates gRPC calls to a scoped ArtifactStore."""
+    """Translates gRPC calls to a scoped ArtifactStore.
+
+    Args:
+        backend: Where checkpoints are stored.
+        grant_key: The key grants are signed with.
+        revoked: The revocation list (in Redis).
+        max_object_bytes: The largest object accepted.
+        redis_client: The Redis client behind `revoked` (closed with the service).
+        link: Whether Redis answers (followed by `open_service`'s caller for its health
+            status; told at once when a call finds Redis unreachable).
+    """
 
     def __init__(
         self,
@@ -60,12 +74,14 @@ class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
         revoked: tokens.Revocations,
         max_object_bytes: int,
         redis_client: aioredis.Redis | None = None,
+        link: redis_link.RedisLink | None = None,
     ) -> None:
         self._backend = backend
         self._key = grant_key
         self._revoked = revoked
         self._max = max_object_bytes
         self._redis = redis_client
+        self.link = link
 
     def register(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_CheckpointStoreServicer_to_server(self, server)
@@ -78,9 +94,17 @@ class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
     async def _granted(
         self, context: grpc.aio.ServicerContext[Any, Any], right: tokens.Right
     ) -> tuple[tokens.Grant, storing.ArtifactStore]:
-        grant = await tokens.check_grant(
-            self._key, tokens.bearer(rpc.metadata(context)), self._revoked
-        )
+        try:
+            grant = await tokens.check_grant(
+                self._key, tokens.bearer(rpc.metadata(context)), self._revoked
+            )
+        except Exception as exc:
+            if not redis_link.unreachable(exc):
+                raise
+            # The revocation could not be read: refuse (never accept a grant unchecked).
+            if self.link is not None:
+                self.link.suspect()
+            raise redis_link.unavailable() from None
         if not grant.allows(right):
             raise errors.ForbiddenScope()
         try:
@@ -244,7 +268,8 @@ class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
 
 
 async def open_service(conf: settings.StoreSettings) -> CheckpointStoreService:
-    """Build the service from its settings (the backend and the Redis revocation list)."""
+    """Build the service from its settings (the backend and the Redis revocation list, with a
+    `RedisLink` the caller starts). Connects to nothing: Redis may be down at start."""
     backend = backends.open_backend(
         str(conf.storage.checkpoint_root) if conf.storage.checkpoint_root else None,
         conf.storage.checkpoint_bucket,
@@ -252,11 +277,12 @@ async def open_service(conf: settings.StoreSettings) -> CheckpointStoreService:
     )
     if backend is None:
         raise settings.SettingsError("no checkpoint storage is configured")
-    client = aioredis.Redis.from_url(conf.redis_url)
+    client = redis_link.connect(conf.redis_url)
     return CheckpointStoreService(
         backend,
         conf.grant_key,
         revocations.RedisRevocations(client),
         conf.storage.max_object_bytes,
         client,
+        redis_link.RedisLink(client),
     )

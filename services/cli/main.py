@@ -33,6 +33,7 @@ from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
 from services.cli import rendering
+from services.common import rpc
 
 DEFAULT_CONTROL_ADDR = "127.0.0.1:50051"
 IDLE_S = 1.0
@@ -156,6 +157,11 @@ def _refusal(exc: grpc.aio.AioRpcError, addr: str) -> CliError:
     exit_code = _EXIT_BY_CODE.get(code, EXIT_ERROR)
     fix = f" at {addr}: check --control or AGENTIHOOKS_CONTROL_ADDR"
     if code == grpc.StatusCode.UNAVAILABLE:
+        reason = _reason(exc)
+        if reason:
+            # The controller answered and said why it cannot serve (Redis does not answer, or
+            # this replica does not hold the lease): its words, not a connection hint.
+            return CliError(f"{exc.details()} ({reason})", exit_code)
         return CliError(f"the controller is unavailable{fix}", exit_code)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return CliError(f"the controller did not answer in time{fix}", exit_code)
@@ -163,6 +169,14 @@ def _refusal(exc: grpc.aio.AioRpcError, addr: str) -> CliError:
         hint = "; check AGENTIHOOKS_TOKEN"
         return CliError(f"{exc.details()} ({code.name.lower()}){hint}", exit_code)
     return CliError(f"{exc.details()} ({code.name.lower()})", exit_code)
+
+
+def _reason(exc: grpc.aio.AioRpcError) -> str:
+    """The reason code a controller sent with its refusal, or "" when none answered."""
+    for key, value in exc.trailing_metadata() or ():
+        if key == rpc.REASON_KEY:
+            return value.decode() if isinstance(value, bytes) else str(value)
+    return ""
 
 
 async def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:

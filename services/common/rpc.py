@@ -18,7 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common import errors, logs, tokens
+from services.common import errors, logs, redis_link, tokens
 
 REASON_KEY = "agentihooks-reason"
 log = logging.getLogger("services.rpc")
@@ -73,6 +73,13 @@ class Authenticating(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             await self._authenticate(tokens.bearer(metadata))
         except errors.Refusal as refusal:
             return _refusing(handler, refusal)
+        except Exception as exc:
+            # Redis unreachable while checking a credential (a revocation, a master's binding):
+            # UNAVAILABLE, never a pass.
+            unavailable = redis_link.refusal_of(exc)
+            if unavailable is None:
+                raise
+            return _refusing(handler, unavailable)
         return handler
 
 
@@ -103,12 +110,24 @@ def _report_unexpected(method: str, exc: BaseException) -> None:
     logs.event(log, "rpc_failed", logging.ERROR, method=method, exception=type(exc).__name__)
 
 
+async def _unexpected(
+    context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception
+) -> None:
+    refusal = redis_link.refusal_of(exc)
+    if refusal is not None:
+        # Redis unreachable: a state the caller retries through, not a fault of this call.
+        await abort(context, refusal)
+    _report_unexpected(method, exc)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+
+
 def handled(method: F) -> F:
     """Wrap a servicer method so refusals become statuses and surprises become INTERNAL.
 
     Works for unary and client-streaming methods (coroutines) and server-streaming methods
     (async generators). An unexpected exception is logged by type only: its message may hold
-    values that must not reach a log or a caller.
+    values that must not reach a log or a caller. An unreachable Redis answers UNAVAILABLE
+    (`redis_unavailable`).
     """
     name = method.__qualname__
     if inspect.isasyncgenfunction(method):
@@ -123,8 +142,7 @@ def handled(method: F) -> F:
             except (asyncio.CancelledError, grpc.aio.AbortError):
                 raise
             except Exception as exc:
-                _report_unexpected(name, exc)
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                await _unexpected(context, name, exc)
 
         return stream  # type: ignore[return-value]
 
@@ -137,8 +155,7 @@ def handled(method: F) -> F:
         except (asyncio.CancelledError, grpc.aio.AbortError):
             raise
         except Exception as exc:
-            _report_unexpected(name, exc)
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            await _unexpected(context, name, exc)
 
     return unary  # type: ignore[return-value]
 
@@ -161,11 +178,15 @@ async def start_server(
     service_names: Iterable[str],
     *,
     authenticate: Authenticator | None = None,
+    health_servicer: health.aio.HealthServicer | None = None,
+    serving: bool = True,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a gRPC server with health checking and reflection; return it and its port.
 
     `listen` is HOST:PORT; port 0 picks a free port (tests). With `authenticate`, every call
-    to the named services is authenticated first (`Authenticating`).
+    to the named services is authenticated first (`Authenticating`). The overall service ("")
+    and each named one start SERVING, or NOT_SERVING when `serving` is False; pass
+    `health_servicer` to switch them later (`set_serving`).
     """
     names = list(service_names)
     interceptors = [] if authenticate is None else [Authenticating(names, authenticate)]
@@ -178,10 +199,9 @@ async def start_server(
     )
     for register in registrars:
         register(server)
-    health_servicer = health.aio.HealthServicer()
+    health_servicer = health_servicer or health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ["", *names]:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    await set_serving(health_servicer, ["", *names], serving)
     reflection.enable_server_reflection(
         [
             *names,
@@ -195,6 +215,19 @@ async def start_server(
         raise OSError(f"cannot listen on {listen}")
     await server.start()
     return server, port
+
+
+async def set_serving(
+    health_servicer: health.aio.HealthServicer, names: Iterable[str], serving: bool
+) -> None:
+    """Set the health status of `names` ("" is the server as a whole)."""
+    status = (
+        health_pb2.HealthCheckResponse.SERVING
+        if serving
+        else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in names:
+        await health_servicer.set(name, status)
 
 
 async def wait_for_termination(

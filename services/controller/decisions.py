@@ -14,7 +14,7 @@ import dataclasses
 import hmac
 import logging
 
-from services.common import errors, logs
+from services.common import errors, logs, redis_link
 from services.controller import deciding, replacing, telemetry
 from services.controller.state import keys, reading, records, scripting
 
@@ -255,6 +255,8 @@ async def apply_requests(ctx: replacing.Context) -> tuple[int, int]:
             )
             refused += 1
         except Exception as exc:
+            if redis_link.unreachable(exc):
+                raise  # Redis is gone: the pass stops; the request stays for the next one
             # A store or runtime hiccup: the request stays recorded for the next pass.
             logs.event(
                 log,

@@ -3,6 +3,12 @@
 A controller runs every known swarm's recovery loop: it waits as a standby until it holds that
 swarm's lease, then runs passes. Every replica serves reads; writes go through the swarm's
 `Recovery`, which refuses them (UNAVAILABLE) on a replica that does not hold the lease.
+
+Redis may be missing or restarting: that is a state, not a crash. The hub follows it with a
+`RedisLink` (one JSON line per retry step, with a backoff); while Redis does not answer, calls
+that need it answer UNAVAILABLE (`redis_unavailable`) and the hub is not ready. Swarms already
+applied are found once Redis answers (also when the process started without it), and each
+swarm's loop is supervised: a loop that ends for any reason but a stop is logged and restarted.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from collections.abc import Callable
 
 import redis.asyncio as aioredis
 
-from services.common import errors, logs, revocations, tokens
+from services.common import errors, logs, redis_link, revocations, tokens
 from services.controller import metrics, recovering, replacing
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records
@@ -40,6 +46,7 @@ class Hub:
         pass_interval_s: The longest wait between two passes.
         store_addr: The checkpoint-store address written into launch records.
         entry_point: The worker entry point put before each swarm's command.
+        link: Whether Redis answers (one per process); the hub's own by default.
     """
 
     def __init__(
@@ -57,8 +64,10 @@ class Hub:
         store_addr: str | None = None,
         entry_point: tuple[str, ...] = (),
         runtime_name: str = "local",
+        link: redis_link.RedisLink | None = None,
     ) -> None:
         self.client = client
+        self.link = link or redis_link.RedisLink(client)
         self.runtime = runtime
         self.runtime_name = runtime_name
         self._grant_key = grant_key
@@ -73,9 +82,15 @@ class Hub:
         self._revoked = revocations.RedisRevocations(client)
         self._recoveries: dict[str, recovering.Recovery] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
+        self._discovery: asyncio.Task[None] | None = None
+        self._following = False
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self.metrics = metrics.Metrics()
+        self.link.subscribe(self._redis_changed)
+
+    async def _redis_changed(self, available: bool) -> None:
+        self.metrics.redis_available.set(1.0 if available else 0.0)
 
     # Swarms.
 
@@ -91,6 +106,7 @@ class Hub:
             lease_ttl_ms=self._lease_ttl_ms,
             store_addr=self._store_addr,
             entry_point=self._entry_point,
+            link=self.link,
         )
 
     async def recovery(self, swarm: str, *, create: bool = False) -> recovering.Recovery:
@@ -110,24 +126,91 @@ class Hub:
             recovery = self._new(swarm)
             self._recoveries[swarm] = recovery
             self._loops[swarm] = asyncio.create_task(
-                recovery.run(
-                    self._stop,
-                    interval_s=self._interval_s,
-                    on_pass=functools.partial(self.metrics.observe, swarm),
-                ),
-                name=f"recovery-{swarm}",
+                self._supervise(recovery), name=f"recovery-{swarm}"
             )
             logs.event(log, "swarm_loop_started", swarm=swarm, holder=self.holder)
             return recovery
 
+    async def _supervise(self, recovery: recovering.Recovery) -> None:
+        """Run the swarm's loop until the hub stops; a loop that ends otherwise (it should
+        not: it handles Redis outages and failures itself) is logged and started again."""
+        backoff = redis_link.Backoff()
+        while not self._stop.is_set():
+            failure: str | None = None
+            try:
+                await recovery.run(
+                    self._stop,
+                    interval_s=self._interval_s,
+                    on_pass=functools.partial(self.metrics.observe, recovery.swarm),
+                )
+            except Exception as exc:
+                failure = type(exc).__name__
+            if self._stop.is_set():
+                return
+            delay = backoff.next()
+            logs.event(
+                log,
+                "swarm_loop_ended",
+                logging.ERROR,
+                swarm=recovery.swarm,
+                holder=self.holder,
+                exception=failure,
+                restart_in_s=delay,
+            )
+            await redis_link.wait(self._stop, delay)
+
     async def start(self) -> None:
-        """Start the loop of every swarm already applied."""
+        """Follow Redis and start the loop of every swarm already applied.
+
+        Waits for Redis no longer than its first ping's answer: when it does not answer, the
+        swarms are found once it does (meanwhile the process serves, not ready, and calls
+        answer UNAVAILABLE)."""
+        if not self._following:
+            self._following = True
+            await self.link.start()
+        if await self.link.wait_known(redis_link.START_WAIT_S):
+            try:
+                await self._discover()
+                return
+            except Exception as exc:
+                if not redis_link.unreachable(exc):
+                    raise
+                self.link.suspect()
+        self._discovery = asyncio.create_task(self._discover_later(), name="swarm-discovery")
+
+    async def _discover(self) -> None:
         for swarm in await reading.swarm_names(self.client):
             await self.recovery(swarm)
+
+    async def _discover_later(self) -> None:
+        """Find the applied swarms once Redis answers (retried with a backoff)."""
+        backoff = redis_link.Backoff()
+        while await self.link.wait_up(self._stop):
+            try:
+                await self._discover()
+                return
+            except Exception as exc:
+                unreachable = redis_link.unreachable(exc)
+                if unreachable:
+                    self.link.suspect()
+                delay = backoff.next()
+                logs.event(
+                    log,
+                    "swarm_discovery_failed",
+                    logging.WARNING if unreachable else logging.ERROR,
+                    exception=type(exc).__name__,
+                    retry_in_s=delay,
+                    **({"variable": redis_link.VARIABLE} if unreachable else {}),
+                )
+                if await redis_link.wait(self._stop, delay):
+                    return
 
     async def stop(self) -> None:
         """Stop every loop and release the leases this process holds."""
         self._stop.set()
+        if self._discovery is not None:
+            self._discovery.cancel()
+            await asyncio.gather(self._discovery, return_exceptions=True)
         loops = list(self._loops.values())
         for loop in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -136,6 +219,9 @@ class Hub:
             if not loop.done():
                 loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+        if self._following:
+            self._following = False
+            await self.link.stop()
 
     @property
     def recoveries(self) -> dict[str, recovering.Recovery]:
@@ -143,8 +229,15 @@ class Hub:
         return dict(self._recoveries)
 
     async def render_metrics(self) -> bytes:
-        """The Prometheus exposition, with Redis-backed figures read now."""
-        await self.metrics.refresh(self.recoveries)
+        """The Prometheus exposition, with Redis-backed figures read now (the last ones read
+        while Redis does not answer: the process's own counters are served all the same)."""
+        try:
+            if self.link.available is not False:
+                await self.metrics.refresh(self.recoveries)
+        except Exception as exc:
+            if not redis_link.unreachable(exc):
+                raise
+            self.link.suspect()
         return self.metrics.render()
 
     def holds_lease(self, swarm: str) -> bool:
@@ -152,8 +245,17 @@ class Hub:
         return recovery is not None and recovery.lease.is_held()
 
     def ready(self) -> bool:
-        """Ready (for /readyz) when this replica holds the lease of every swarm it serves."""
-        return bool(self._recoveries) and all(r.lease.is_held() for r in self._recoveries.values())
+        """Ready (for /readyz) when Redis answers and this replica holds the lease of every
+        swarm it serves."""
+        return self.not_ready() is None
+
+    def not_ready(self) -> errors.Unavailable | None:
+        """Why this replica is not ready (`redis_unavailable`, `not_leader`), or None."""
+        if self.link.available is False:
+            return redis_link.unavailable()
+        if not (self._recoveries and all(r.lease.is_held() for r in self._recoveries.values())):
+            return errors.Unavailable("not_leader", "this controller does not hold the lease")
+        return None
 
     async def wait_until_leader(self, swarm: str, timeout: float = 10.0) -> None:
         """Wait until this process holds `swarm`'s lease (used after applying a new swarm)."""
@@ -171,7 +273,9 @@ class Hub:
         """Who holds `token`: the operator, a registered master of `swarm`, or an attempt.
 
         A revoked worker credential (a fenced attempt) is refused with forbidden_scope: a fenced
-        worker keeps no authority. Anything else unknown is unauthenticated.
+        worker keeps no authority. Anything else unknown is unauthenticated. A check that
+        needs Redis (a revocation, a master's binding) and cannot reach it raises the client's
+        error, answered UNAVAILABLE (`redis_unavailable`): never let through.
         """
         if not token:
             raise errors.Unauthenticated("credential missing")

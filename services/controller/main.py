@@ -5,16 +5,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Mapping
 
-import redis.asyncio as aioredis
 import yaml
+from grpc_health.v1 import health
 
-from services.common import logs, rpc, settings
+from services.common import logs, redis_link, rpc, settings
 from services.common.checkpoints import backends
 from services.controller import hub as hubs
 from services.controller import replacing
@@ -87,8 +88,14 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
 
 
 async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None = None) -> None:
-    """Run the controller until SIGTERM."""
-    client = aioredis.Redis.from_url(conf.redis_url)
+    """Run the controller until SIGTERM.
+
+    Redis may be missing at start or go away later: the controller serves gRPC and HTTP all
+    the same, reports NOT_SERVING and not ready meanwhile, logs one line per retry step and
+    starts (or resumes) its work by itself once Redis answers.
+    """
+    client = redis_link.connect(conf.redis_url)
+    link = redis_link.RedisLink(client)
     backend = backends.open_backend(
         str(conf.storage.checkpoint_root) if conf.storage.checkpoint_root else None,
         conf.storage.checkpoint_bucket,
@@ -109,33 +116,46 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 store_addr=conf.store_addr,
                 entry_point=conf.entry_point,
                 runtime_name=conf.runtime,
+                link=link,
             )
             service = grpc_api.RecoveryService(hub)
+            # NOT_SERVING until Redis answers, and again whenever it stops answering.
+            health_servicer = health.aio.HealthServicer()
+            link.subscribe(
+                functools.partial(rpc.set_serving, health_servicer, ["", grpc_api.SERVICE_NAME])
+            )
             server, port = await rpc.start_server(
                 conf.listen,
                 [service.register],
                 [grpc_api.SERVICE_NAME],
                 authenticate=service.authenticate,
+                health_servicer=health_servicer,
+                serving=False,
             )
-            runner, http_port = await http_api.start_http(hub, conf.http)
-            await hub.start()
-            logs.event(
-                log,
-                "listening",
-                service="controller",
-                port=port,
-                http_port=http_port,
-                runtime=conf.runtime,
-                holder=hub.holder,
-                checkpoint_store="configured" if checkpoints else "none",
-            )
-            if ready is not None:
-                ready.set()
             try:
-                await rpc.wait_for_termination(5.0, server)
+                runner, http_port = await http_api.start_http(hub, conf.http)
+                try:
+                    await hub.start()
+                    logs.event(
+                        log,
+                        "listening",
+                        service="controller",
+                        port=port,
+                        http_port=http_port,
+                        runtime=conf.runtime,
+                        holder=hub.holder,
+                        checkpoint_store="configured" if checkpoints else "none",
+                    )
+                    if ready is not None:
+                        ready.set()
+                    await rpc.wait_for_termination(5.0, server)
+                finally:
+                    await hub.stop()
+                    await runner.cleanup()
             finally:
-                await hub.stop()
-                await runner.cleanup()
+                # Stopped on every way out (a second stop after a clean one does nothing): a
+                # server left running would outlive the event loop.
+                await server.stop(None)
     finally:
         if backend is not None:
             await backend.aclose()
@@ -162,6 +182,16 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         conf = settings.load_controller(values)
     except settings.SettingsError as exc:
         print(f"agentihooks-controller: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    try:
+        redis_link.check_url(conf.redis_url)
+    except ValueError:
+        # The URL may hold a password: name the variable, never the value.
+        print(
+            f"agentihooks-controller: {redis_link.VARIABLE} is not a Redis URL "
+            "(redis://[:PASSWORD@]HOST:PORT/DB, rediss://… or unix://…)",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from None
     if args.print_settings:
         print(

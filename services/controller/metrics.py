@@ -1,13 +1,14 @@
 """Prometheus metrics of the controller.
 
 Restore outcomes come from Redis (Recovery.restore_outcomes_by_type), so every replica reports
-the same figures and a restart loses none. Fences, decisions and pass durations are counted by
+the same figures and a restart loses none; while Redis does not answer the last figures read are
+served. Fences, decisions and pass durations are counted by
 the process that did them.
 """
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -78,6 +79,11 @@ class Metrics:
             ["swarm"],
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+        )
+        self.redis_available = Gauge(
+            "agentihooks_redis_available",
+            "1 while Redis answers this controller, 0 while it does not",
+            registry=self.registry,
         )
 
     def _per_swarm(self, name: str, documentation: str) -> Counter:

@@ -62,7 +62,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from services.common import directives, errors, logs
+from services.common import directives, errors, logs, redis_link
 from services.controller import deciding, decisions, outcomes, replacing, swarms, telemetry
 from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
@@ -125,6 +125,7 @@ class Recovery:
         entry_point: Put before the swarm's command when launching.
         scripts: A shared script runner (tests pass one with a crash hook).
         clock: Seconds since the epoch.
+        link: Whether Redis answers (shared by a process's swarms); its own by default.
     """
 
     def __init__(
@@ -142,8 +143,10 @@ class Recovery:
         entry_point: tuple[str, ...] = (),
         scripts: scripting.Scripts | None = None,
         clock: writing.Clock = time.time,
+        link: redis_link.RedisLink | None = None,
     ) -> None:
         self.client = client
+        self.link = link or redis_link.RedisLink(client)
         self.swarm = swarm
         self.runtime = runtime
         self.scripts = scripts or scripting.Scripts(client)
@@ -347,12 +350,14 @@ class Recovery:
 
     async def _guarded(self, report: PassReport, seat: str, step: Any) -> None:
         # One seat's trouble (a store or runtime hiccup) must not stall the other seats; the
-        # next pass retries it. A lost lease stops the whole pass.
+        # next pass retries it. A lost lease, or Redis unreachable, stops the whole pass.
         try:
             await step
         except scripting.LeaseLost:
             raise
         except Exception as exc:
+            if redis_link.unreachable(exc):
+                raise  # Redis is gone: the whole pass stops and the loop waits for it
             report.errors.append(seat)
             logs.event(
                 log,
@@ -628,65 +633,211 @@ class Recovery:
         Listing passes run when the runtime's watch asks for one and at least every
         `interval_s`; attempts the watch saw fail are recovered at once by `recover_failed`,
         beside them (the watch's fast path). `on_pass` sees each pass's report (metrics).
-        """
-        while not stop.is_set():
-            if not await self.lease.acquire():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=self.lease.ttl_ms / 3000)
-                continue
-            inbox = _Inbox()
-            helpers = [
-                asyncio.create_task(self._watch(inbox), name=f"recovery-watch-{self.swarm}"),
-                asyncio.create_task(self._fast(inbox, on_pass), name=f"recovery-{self.swarm}"),
-            ]
-            try:
-                async with self.lease.renewing():
-                    while not stop.is_set() and not self.lease.lost.is_set():
-                        inbox.relist.clear()
-                        report = await self.reconcile()
-                        if on_pass is not None:
-                            on_pass(report)
-                        if report.lease_lost or inbox.lease_lost.is_set():
-                            break
-                        wakes = (inbox.relist, inbox.lease_lost, stop, self.lease.lost)
-                        waits = [asyncio.ensure_future(e.wait()) for e in wakes]
-                        await asyncio.wait(
-                            waits, timeout=interval_s, return_when=asyncio.FIRST_COMPLETED
-                        )
-                        for w in waits:
-                            w.cancel()
-            finally:
-                # Closed first: a fast path whose cancellation a client library swallowed
-                # still ends at its next wait.
-                inbox.close()
-                for helper in helpers:
-                    helper.cancel()
-                # A watch that failed only costs promptness: passes still run every interval.
-                # Every helper is waited for, but not forever (a call stuck past its cancel).
-                ended, stuck = await asyncio.wait(helpers, timeout=HELPER_STOP_S)
-                for helper in ended:
-                    if not helper.cancelled():
-                        helper.exception()  # retrieved: a watch's failure was already handled
-                for helper in stuck:
-                    logs.event(
-                        log,
-                        "helper_stop_timeout",
-                        logging.WARNING,
-                        swarm=self.swarm,
-                        helper=helper.get_name(),
-                    )
-        await self.lease.release()
 
-    async def _watch(self, inbox: _Inbox) -> None:
-        async for change in self.runtime.watch(self.swarm):
-            inbox.put(change)
+        Nothing ends this loop but `stop`. When Redis stops answering (a pass, the fast path,
+        the lease renewer or the link's own ping sees it) the loop logs one line
+        (`swarm_loop_interrupted`), waits with a backoff until Redis answers again, acquires
+        the lease again (the same epoch when it survived, a new one when it expired) and goes
+        on: every write is an idempotent script under the lease, so the pass that follows
+        finishes what the interrupted one started, once. A pass that fails otherwise is logged
+        (`pass_failed`) and tried again after a backoff, under the same lease; anything else
+        that goes wrong is logged (`swarm_loop_failed`) and retried like an interruption.
+        """
+        backoff = redis_link.Backoff()
+        await self.link.start()
+        try:
+            while not stop.is_set():
+                try:
+                    if await self._hold(stop, interval_s, on_pass):
+                        backoff.reset()
+                    continue
+                except Exception as exc:
+                    failure: BaseException = exc
+                delay = backoff.next()
+                unreachable = isinstance(failure, _Interrupted) or redis_link.unreachable(failure)
+                if unreachable:
+                    self.link.suspect()
+                logs.event(
+                    log,
+                    "swarm_loop_interrupted" if unreachable else "swarm_loop_failed",
+                    logging.WARNING if unreachable else logging.ERROR,
+                    swarm=self.swarm,
+                    holder=self.lease.holder,
+                    exception=(
+                        failure.cause
+                        if isinstance(failure, _Interrupted)
+                        else type(failure).__name__
+                    ),
+                    retry_in_s=delay,
+                    **({"variable": redis_link.VARIABLE} if unreachable else {}),
+                )
+                if await redis_link.wait(stop, delay):
+                    break
+                if unreachable and not await self.link.wait_up(stop):
+                    break
+        finally:
+            await self._release()
+            await self.link.stop()
+
+    async def _release(self) -> None:
+        """Give the lease up on a clean stop; with Redis unreachable it expires on its own."""
+        try:
+            await self.lease.release()
+        except Exception as exc:
+            self.lease.forget()
+            logs.event(
+                log,
+                "lease_release_failed",
+                logging.WARNING,
+                swarm=self.swarm,
+                holder=self.lease.holder,
+                exception=type(exc).__name__,
+            )
+
+    async def _hold(
+        self,
+        stop: asyncio.Event,
+        interval_s: float,
+        on_pass: Callable[[PassReport], None] | None,
+    ) -> bool:
+        """Acquire the lease (or wait a while as a standby) and work while holding it.
+
+        Returns True when it ended after at least one finished pass or as a standby (nothing
+        went wrong), False when the lease was lost before. Raises what interrupted it: a Redis
+        error, or `_Interrupted` when the renewer, the fast path or the link saw Redis go.
+        """
+        if self.link.down.is_set():
+            raise _Interrupted("redis_unavailable")
+        if not await self.lease.acquire():
+            waits = (stop, self.link.down)
+            await _first(waits, self.lease.ttl_ms / 3000)
+            return True
+        inbox = _Inbox()
+        helpers = [
+            asyncio.create_task(self._watch(inbox, stop), name=f"recovery-watch-{self.swarm}"),
+            asyncio.create_task(self._fast(inbox, on_pass), name=f"recovery-{self.swarm}"),
+        ]
+        passed = False
+        retries = redis_link.Backoff()
+        try:
+            async with self.lease.renewing():
+                while not stop.is_set() and not self.lease.lost.is_set():
+                    self._check_interrupted(inbox)
+                    inbox.relist.clear()
+                    wakes: tuple[asyncio.Event, ...] = (
+                        inbox.lease_lost,
+                        inbox.interrupted,
+                        stop,
+                        self.lease.lost,
+                        self.lease.interrupted,
+                        self.link.down,
+                    )
+                    try:
+                        report = await self.reconcile()
+                    except Exception as exc:
+                        if redis_link.unreachable(exc):
+                            raise
+                        # Not Redis (the runtime's list, a surprise): the lease is kept and
+                        # the pass is tried again after a backoff, the watch's cue aside.
+                        delay = retries.next()
+                        logs.event(
+                            log,
+                            "pass_failed",
+                            logging.ERROR,
+                            swarm=self.swarm,
+                            exception=type(exc).__name__,
+                            retry_in_s=delay,
+                        )
+                        await _first(wakes, delay)
+                        continue
+                    retries.reset()
+                    if on_pass is not None:
+                        on_pass(report)
+                    if report.lease_lost or inbox.lease_lost.is_set():
+                        break
+                    passed = True
+                    await _first((inbox.relist, *wakes), interval_s)
+        except BaseException:
+            # Interrupted: whatever the lease's local view says, this holder works no more
+            # under it until it acquired it again.
+            self.lease.forget()
+            raise
+        finally:
+            # Closed first: a fast path whose cancellation a client library swallowed
+            # still ends at its next wait.
+            inbox.close()
+            for helper in helpers:
+                helper.cancel()
+            # Every helper is waited for, but not forever (a call stuck past its cancel).
+            ended, stuck = await asyncio.wait(helpers, timeout=HELPER_STOP_S)
+            for helper in ended:
+                if not helper.cancelled():
+                    helper.exception()  # retrieved: the helpers log their own failures
+            for helper in stuck:
+                logs.event(
+                    log,
+                    "helper_stop_timeout",
+                    logging.WARNING,
+                    swarm=self.swarm,
+                    helper=helper.get_name(),
+                )
+        return passed
+
+    def _check_interrupted(self, inbox: _Inbox) -> None:
+        if inbox.interrupted.is_set():
+            raise _Interrupted(inbox.cause or "redis_unavailable")
+        if self.lease.interrupted.is_set() or self.link.down.is_set():
+            raise _Interrupted("redis_unavailable")
+
+    async def _watch(self, inbox: _Inbox, stop: asyncio.Event) -> None:
+        """Follow the runtime's watch; when it fails or ends, log it and follow it again after
+        a backoff (a pass is asked for first: what happened meanwhile was not seen). A watch
+        that fails only costs promptness: passes still run every interval."""
+        backoff = redis_link.Backoff()
+        while not stop.is_set() and not inbox.closed:
+            failure: str | None = None
+            try:
+                async for change in self.runtime.watch(self.swarm):
+                    inbox.put(change)
+                    backoff.reset()
+            except Exception as exc:
+                failure = type(exc).__name__
+            if stop.is_set() or inbox.closed:
+                return
+            delay = backoff.next()
+            logs.event(
+                log,
+                "watch_failed" if failure else "watch_ended",
+                logging.WARNING,
+                swarm=self.swarm,
+                exception=failure,
+                retry_in_s=delay,
+            )
+            await asyncio.sleep(delay)
+            inbox.put(pods.Change(relist=True))
 
     async def _fast(self, inbox: _Inbox, on_pass: Callable[[PassReport], None] | None) -> None:
         while True:
             await inbox.urgent.wait()
             if inbox.closed:
                 return
-            report = await self.recover_failed(inbox.take())
+            try:
+                report = await self.recover_failed(inbox.take())
+            except Exception as exc:
+                # The seats it took are found again by the next listing pass (their workers
+                # still show the failure), after Redis answers when it was Redis.
+                if redis_link.unreachable(exc):
+                    inbox.interrupt(type(exc).__name__)
+                    return
+                logs.event(
+                    log,
+                    "fast_path_failed",
+                    logging.ERROR,
+                    swarm=self.swarm,
+                    exception=type(exc).__name__,
+                )
+                inbox.relist.set()
+                continue
             if on_pass is not None:
                 on_pass(report)
             if report.lease_lost:
@@ -806,8 +957,15 @@ class _Inbox:
         self.relist = asyncio.Event()
         self.urgent = asyncio.Event()
         self.lease_lost = asyncio.Event()
+        self.interrupted = asyncio.Event()
+        self.cause: str | None = None
         self.closed = False
         self._failed: dict[str, pods.Attempt] = {}
+
+    def interrupt(self, cause: str) -> None:
+        """A helper lost Redis: the holder stops and waits for it."""
+        self.cause = cause
+        self.interrupted.set()
 
     def close(self) -> None:
         """No more recoveries from this inbox: a waiting fast path wakes and ends."""
@@ -827,11 +985,31 @@ class _Inbox:
         return failed
 
 
+class _Interrupted(Exception):
+    """The holder stopped because Redis stopped answering (seen by a helper or the link)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+async def _first(events: Iterable[asyncio.Event], timeout: float) -> None:
+    """Wait until one of `events` is set, at most `timeout` seconds."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 def refusal_of(exc: BaseException) -> errors.Refusal | None:
     """The refusal a core call raised, with LeaseLost as `Unavailable` (a standby writes
-    nothing and answers UNAVAILABLE)."""
+    nothing and answers UNAVAILABLE) and an unreachable Redis as `Unavailable`
+    (`redis_unavailable`)."""
     if isinstance(exc, scripting.LeaseLost):
         return errors.Unavailable("not_leader", "this controller does not hold the lease")
     if isinstance(exc, errors.Refusal):
         return exc
-    return None
+    return redis_link.refusal_of(exc)

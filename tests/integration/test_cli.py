@@ -7,42 +7,12 @@ found, 6 controller unavailable.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 import json
-import pathlib
-import sys
 
 from services.cli import main as cli
 from tests.support import controller_server as cs
 from tests.support import ports
-
-RUN_TIMEOUT_S = 120.0
-
-
-@dataclasses.dataclass
-class Ran:
-    code: int
-    out: str
-    err: str
-
-
-async def agentihooks(*args: str, token: str = cs.OPERATOR_TOKEN, control: str = "") -> Ran:
-    """Run the installed `agentihooks` console script with the operator's environment."""
-    executable = pathlib.Path(sys.executable).parent / "agentihooks"
-    env = {"PATH": f"{executable.parent}:/usr/bin:/bin", "AGENTIHOOKS_TOKEN": token}
-    if control:
-        env["AGENTIHOOKS_CONTROL_ADDR"] = control
-    process = await asyncio.create_subprocess_exec(
-        str(executable),
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(process.communicate(), RUN_TIMEOUT_S)
-    assert process.returncode is not None
-    return Ran(process.returncode, out.decode(), err.decode())
+from tests.support.cli_process import RUN_TIMEOUT_S, agentihooks
 
 
 async def test_status_json_exits_0_with_the_documented_fields(controller: cs.Controller) -> None:

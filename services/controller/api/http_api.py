@@ -247,10 +247,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """`GET /readyz`: 200 only on the lease holder, so the Service sends decisions to it."""
-    if request.app[HUB].ready():
+    """`GET /readyz`: 200 only on the lease holder while Redis answers, so the Service sends
+    decisions to it; 503 `redis_unavailable` or `not_leader` otherwise."""
+    reason = request.app[HUB].not_ready()
+    if reason is None:
         return _json({"status": "ready"})
-    raise errors.Unavailable("not_leader", "this controller does not hold the lease")
+    raise reason
 
 
 # Pages.

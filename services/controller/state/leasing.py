@@ -1,9 +1,17 @@
 """The swarm's controller lease: one active writer per swarm, standbys wait.
 
 Acquiring is `SET …:lease HOLDER NX PX ttl` with `INCR …:epoch`, both in one script, so every
-acquisition has its own epoch. Renewal and release run through the guarded script runner: they
+acquisition has its own epoch. Acquiring a lease that already names this holder (an acquisition
+whose reply was lost, or a Redis outage shorter than the TTL) returns the epoch it holds, so
+after an outage the controller carries on under the same epoch when its lease survived and takes
+a new one when it expired. Renewal and release run through the guarded script runner: they
 succeed only while the lease still names this holder and epoch. Correctness never rests on this
 object's local view (`is_held`): every write re-checks the lease in Redis.
+
+The renewer tells two failures apart. A renewal refused as `lease_lost` (another holder or epoch
+now) sets `lost`: the holder stops at once and goes back to acquiring. A renewal that could not
+reach Redis sets `interrupted` and keeps renewing at its pace (the lease may still be ours when
+Redis answers again); the holder stops its work, waits for Redis and acquires again.
 """
 
 from __future__ import annotations
@@ -15,9 +23,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
-from redis import exceptions as redis_errors
-
-from services.common import logs
+from services.common import logs, redis_link
 from services.controller.state import keys, scripting
 
 log = logging.getLogger("services.controller.lease")
@@ -48,6 +54,8 @@ class Lease:
         self.epoch: int | None = None
         self._valid_until = 0.0
         self.lost = asyncio.Event()
+        self.interrupted = asyncio.Event()
+        """Set when a renewal could not reach Redis (cleared by the next acquisition)."""
 
     @property
     def keys(self) -> tuple[str, str]:
@@ -64,10 +72,19 @@ class Lease:
         epoch = await self.scripts.acquire(*self.keys, self.holder, self.ttl_ms)
         if epoch is None:
             return False
+        resumed = epoch == self.epoch
         self.epoch = epoch
         self._valid_until = started + self.ttl_ms / 1000
         self.lost.clear()
-        logs.event(log, "lease_acquired", swarm=self.swarm, holder=self.holder, epoch=epoch)
+        self.interrupted.clear()
+        logs.event(
+            log,
+            "lease_acquired",
+            swarm=self.swarm,
+            holder=self.holder,
+            epoch=epoch,
+            resumed=resumed,
+        )
         return True
 
     async def renew(self) -> bool:
@@ -108,25 +125,35 @@ class Lease:
         self._valid_until = 0.0
         self.lost.set()
 
+    def forget(self) -> None:
+        """Drop the local view (the holder stopped working under it; Redis is not asked)."""
+        self._valid_until = 0.0
+
     async def _renew_forever(self, stop: asyncio.Event) -> None:
         interval = self.ttl_ms / 3000
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), interval)
-            if stop.is_set():
+            if await redis_link.wait(stop, interval):
                 return
             try:
                 if not await self.renew():
-                    return
-            except (OSError, redis_errors.ConnectionError, redis_errors.TimeoutError) as exc:
-                # Redis unreachable: keep trying; the local view expires on its own.
+                    return  # lease_lost: `lost` is set, the holder stops at once
+            except Exception as exc:
+                # Redis unreachable (or a surprise): the holder stops its work and acquires
+                # again once Redis answers; renewing goes on meanwhile (at this pace, one line
+                # each), and the local view expires on its own.
+                reachable = not redis_link.unreachable(exc)
                 logs.event(
                     log,
                     "lease_renew_failed",
-                    logging.WARNING,
+                    logging.ERROR if reachable else logging.WARNING,
                     swarm=self.swarm,
+                    holder=self.holder,
+                    epoch=self.epoch,
                     exception=type(exc).__name__,
+                    retry_in_s=round(interval, 3),
+                    **({} if reachable else {"variable": redis_link.VARIABLE}),
                 )
+                self.interrupted.set()
 
     @contextlib.asynccontextmanager
     async def renewing(self) -> AsyncIterator[Lease]:

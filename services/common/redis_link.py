@@ -1,0 +1,300 @@
+"""Whether Redis answers, as one process sees it: a missing or restarting Redis is a state.
+
+`RedisLink` pings Redis in the background: every `check_every_s` while it answers, and after a
+failure with an exponential backoff (`INITIAL_S` doubling up to `CAP_S`), logging one JSON line
+per retry step (`redis_unavailable`) and one line when Redis answers again (`redis_available`).
+The lines name the setting, `AGENTIHOOKS_REDIS_URL`, and Redis's host:port, never the URL itself
+(it may hold a password) and never an exception's message (only its type).
+
+Loops that lose Redis in the middle of their work report it (`suspect`), wait (`wait_up`) and
+carry on; servers follow `subscribe` to switch their health status. Calls are not refused on the
+link's word: each call that needs Redis asks it, and one that cannot reach it answers UNAVAILABLE
+(`unavailable`), so a false alarm never refuses work and nothing is let through unchecked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_errors
+from redis.asyncio.connection import parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+
+from services.common import errors, logs
+
+log = logging.getLogger("services.redis")
+
+VARIABLE = "AGENTIHOOKS_REDIS_URL"
+"""The setting that names Redis: what the log lines point an operator to."""
+
+INITIAL_S = 0.5
+"""The first wait after Redis failed to answer."""
+
+CAP_S = 30.0
+"""The longest wait between two attempts (the backoff doubles up to it)."""
+
+CHECK_EVERY_S = 1.0
+"""How often Redis is pinged while it answers (so health follows an outage without traffic)."""
+
+PROBE_TIMEOUT_S = 15.0
+"""How long one ping may take before it counts as a failure: a backstop above the client's own
+connect timeout (5 s), long enough that an event loop stalled by a busy machine is not taken
+for an unreachable Redis."""
+
+START_WAIT_S = 5.0
+"""How long a service waits at start for the first ping's answer before it serves anyway."""
+
+UNREACHABLE: tuple[type[Exception], ...] = (
+    redis_errors.ConnectionError,  # also AuthenticationError and BusyLoadingError (LOADING)
+    redis_errors.TimeoutError,
+)
+"""What a Redis call raises when Redis cannot be reached or cannot answer yet."""
+
+REASON = "redis_unavailable"
+
+
+def unreachable(exc: BaseException) -> bool:
+    """True when `exc` says Redis cannot be reached (as opposed to a refused command)."""
+    return isinstance(exc, UNREACHABLE)
+
+
+def unavailable() -> errors.Unavailable:
+    """The refusal a call gets while Redis is unreachable (UNAVAILABLE / 503)."""
+    return errors.Unavailable(REASON, f"Redis does not answer ({VARIABLE}); try again later")
+
+
+def refusal_of(exc: BaseException) -> errors.Refusal | None:
+    """`unavailable()` for an unreachable Redis, else None."""
+    return unavailable() if unreachable(exc) else None
+
+
+def connect(url: str) -> aioredis.Redis:
+    """A client for a service: bounded connects and reads, a few quick retries for a blip.
+
+    A longer outage surfaces within about a second as a `redis.exceptions.ConnectionError` and
+    is handled by the caller's own backoff (`RedisLink`). Options in the URL's query win.
+
+    Raises:
+        ValueError: the URL is not a Redis URL.
+    """
+    return aioredis.Redis.from_url(
+        url,
+        socket_connect_timeout=5,
+        # Longer than any blocking read (WatchRecovery blocks for a second) and any script;
+        # only a connection that went silent (a partition) waits this long.
+        socket_timeout=30,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+    )
+
+
+def check_url(url: str) -> None:
+    """Check that `url` is a Redis URL without connecting.
+
+    Raises:
+        ValueError: it is not (the message may quote the URL: never log it).
+    """
+    parse_url(url)
+
+
+def address(client: aioredis.Redis) -> str:
+    """Redis's host:port (or socket path) as the client has it: never the password."""
+    kwargs = client.connection_pool.connection_kwargs
+    if kwargs.get("path"):
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+class Backoff:
+    """Exponential waits: `initial_s`, doubling on each `next()`, never over `cap_s`."""
+
+    def __init__(self, initial_s: float = INITIAL_S, cap_s: float = CAP_S) -> None:
+        self.initial_s = initial_s
+        self.cap_s = cap_s
+        self._next = initial_s
+
+    def next(self) -> float:
+        """The wait before the next attempt (and double the one after)."""
+        delay = self._next
+        self._next = min(self.cap_s, self._next * 2)
+        return delay
+
+    def reset(self) -> None:
+        """Start again from `initial_s` (after a success)."""
+        self._next = self.initial_s
+
+
+async def wait(event: asyncio.Event, timeout: float) -> bool:
+    """Wait for `event` at most `timeout` seconds; True when it is set."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), timeout)
+    return event.is_set()
+
+
+Subscriber = Callable[[bool], Awaitable[None]]
+"""Called with True when Redis answers again (or at first), False when it stops answering."""
+
+
+class RedisLink:
+    """Whether Redis answers, followed by one background task (started by `start`).
+
+    Args:
+        client: The Redis client to ping (the one the process uses).
+        initial_s, cap_s: The backoff between attempts while Redis does not answer.
+        check_every_s: The interval between pings while it answers.
+        probe_timeout_s: The longest one ping may take.
+    """
+
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        initial_s: float = INITIAL_S,
+        cap_s: float = CAP_S,
+        check_every_s: float = CHECK_EVERY_S,
+        probe_timeout_s: float = PROBE_TIMEOUT_S,
+    ) -> None:
+        self._client = client
+        self.address = address(client)
+        self._initial_s = initial_s
+        self._cap_s = cap_s
+        self._check_every_s = check_every_s
+        self._probe_timeout_s = probe_timeout_s
+        self._state: bool | None = None
+        self.up = asyncio.Event()
+        """Set while Redis answers (cleared while a reported failure is being checked)."""
+        self.down = asyncio.Event()
+        """Set while Redis is known not to answer."""
+        self._known = asyncio.Event()
+        self._suspect = asyncio.Event()
+        self._subscribers: list[Subscriber] = []
+        self._users = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def available(self) -> bool | None:
+        """True while Redis answers, False while it does not, None before the first ping."""
+        return self._state
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Call `subscriber` on every change of state (the first ping's answer included)."""
+        self._subscribers.append(subscriber)
+
+    def suspect(self) -> None:
+        """A caller saw a Redis call fail as unreachable: check now (no-op while known down).
+        Until that check answers, `wait_up` waits for it."""
+        if self._state is not False:
+            self.up.clear()
+            self._suspect.set()
+
+    async def wait_up(self, stop: asyncio.Event | None = None) -> bool:
+        """Wait until Redis answers (True) or `stop` is set (False)."""
+        if self.up.is_set():
+            return True
+        waits = [asyncio.ensure_future(self.up.wait())]
+        if stop is not None:
+            waits.append(asyncio.ensure_future(stop.wait()))
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        return self.up.is_set()
+
+    async def wait_known(self, timeout: float) -> bool | None:
+        """Wait (at most `timeout`) for the first ping's answer; the state then."""
+        await wait(self._known, timeout)
+        return self._state
+
+    async def start(self) -> None:
+        """Start following Redis (counted: each `start` is matched by one `stop`)."""
+        self._users += 1
+        if self._task is None:
+            self._task = asyncio.create_task(self._follow(), name="redis-link")
+
+    async def stop(self) -> None:
+        """Stop following Redis once every user stopped."""
+        self._users = max(0, self._users - 1)
+        if self._users == 0 and self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _probe(self) -> BaseException | None:
+        try:
+            await asyncio.wait_for(self._client.ping(), self._probe_timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # anything but PONG: Redis does not answer usefully
+            return exc
+        return None
+
+    async def _set(self, state: bool) -> None:
+        self._state = state
+        if state:
+            self.down.clear()
+            self.up.set()
+        else:
+            self.up.clear()
+            self.down.set()
+        self._known.set()
+        for subscriber in list(self._subscribers):
+            try:
+                await subscriber(state)
+            except Exception as exc:
+                logs.event(
+                    log,
+                    "redis_subscriber_failed",
+                    logging.ERROR,
+                    exception=type(exc).__name__,
+                )
+
+    async def _follow(self) -> None:
+        backoff = Backoff(self._initial_s, self._cap_s)
+        attempt = 0
+        since = time.monotonic()
+        while True:
+            if self._state is True:
+                await wait(self._suspect, self._check_every_s)
+            self._suspect.clear()
+            error = await self._probe()
+            if error is None:
+                if self._state is not True:
+                    after: dict[str, Any] = {}
+                    if attempt:
+                        after = {
+                            "attempts": attempt,
+                            "unavailable_s": round(time.monotonic() - since, 1),
+                        }
+                    logs.event(
+                        log, "redis_available", variable=VARIABLE, address=self.address, **after
+                    )
+                    await self._set(True)
+                self.up.set()  # also after a suspicion the check did not confirm
+                attempt = 0
+                backoff.reset()
+                continue
+            if self._state is not False:
+                since = time.monotonic()
+                await self._set(False)
+            attempt += 1
+            delay = backoff.next()
+            logs.event(
+                log,
+                "redis_unavailable",
+                logging.WARNING,
+                variable=VARIABLE,
+                address=self.address,
+                attempt=attempt,
+                retry_in_s=delay,
+                exception=type(error).__name__,
+            )
+            await asyncio.sleep(delay)
