@@ -24,9 +24,10 @@ else the demo relies on follows the real CLI, as observed with Claude Code 2.1.1
 Demo behaviour (not the real CLI's): a first run without a prompt takes the seat's task text
 (`AGENTIHOOKS_TASK_TEXT`) as its prompt. Generation 1 of eng-1 writes its session, changes the
 worktree and then crashes; generation 1 of eng-2 fails before any conversation; any later
-fresh generation writes `FRESH`; a resume writes `RESUMED` and exits 0. With `DEMO_FAILURE=oom`
-the crash is a memory hog the kernel's OOM killer ends (for tests with a memory limit). Outside a worker (no
-`AGENTIHOOKS_GENERATION`) a first run writes its session and exits 0.
+fresh generation writes `FRESH`; a resume writes `RESUMED` and exits 0. With
+`DEMO_FAILURE=oom` the crash is a memory hog the kernel's OOM killer ends (for tests with a
+memory limit). Outside a worker (no `AGENTIHOOKS_GENERATION`) a first run writes its session and
+exits 0.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class EarlyClone:
         # nothing is left (a bounded number of times).
         for _ in range(_REMOVE_TRIES):
             await asyncio.to_thread(shutil.rmtree, self._scratch, True)
-            if not os.path.lexists(self._scratch):
+            if not await asyncio.to_thread(os.path.lexists, self._scratch):
                 return
             await asyncio.sleep(_REMOVE_PAUSE_S)
 
