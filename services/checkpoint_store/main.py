@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
         # The URL may hold a password: name the variable, never the value.
         print(
             f"agentihooks-checkpoint-store: {redis_link.VARIABLE} is not a Redis URL "
-            "(redis://[:PASSWORD@]HOST:PORT/DB, rediss://… or unix://…)",
+            f"({redis_link.URL_FORMS})",
             file=sys.stderr,
         )
         raise SystemExit(2) from None

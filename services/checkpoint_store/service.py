@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-import redis.asyncio as aioredis
 from agentihooks.swarm.v2 import checkpoint_store_pb2 as pb
 from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
@@ -73,7 +72,7 @@ class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
         grant_key: str,
         revoked: tokens.Revocations,
         max_object_bytes: int,
-        redis_client: aioredis.Redis | None = None,
+        redis_client: redis_link.Client | None = None,
         link: redis_link.RedisLink | None = None,
     ) -> None:
         self._backend = backend

@@ -23,6 +23,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis import exceptions as redis_errors
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
@@ -51,9 +52,30 @@ for an unreachable Redis."""
 START_WAIT_S = 5.0
 """How long a service waits at start for the first ping's answer before it serves anyway."""
 
+Client = aioredis.Redis | RedisCluster
+"""A Redis client as the services use it: one server, or a Redis Cluster (`redis+cluster://`).
+Every key of one swarm shares the hash tag `{SWARM}`, so every script and every multi-key read
+of a swarm stays on one slot and the same code runs on both."""
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""URL schemes that name a Redis Cluster (any one node; the client finds the rest), and the
+plain scheme each stands for."""
+
+URL_FORMS = (
+    "redis://[:PASSWORD@]HOST:PORT/DB, rediss://…, unix://…, "
+    "or redis+cluster://[:PASSWORD@]HOST:PORT for a Redis Cluster"
+)
+"""The URL forms a service takes, for the message that refuses another one."""
+
 UNREACHABLE: tuple[type[Exception], ...] = (
     redis_errors.ConnectionError,  # also AuthenticationError and BusyLoadingError (LOADING)
     redis_errors.TimeoutError,
+    # A cluster that cannot serve a slot right now (a failover under way, too few masters):
+    # CLUSTERDOWN, TRYAGAIN, and a client that cannot reach any node it knows.
+    redis_errors.ClusterDownError,
+    redis_errors.TryAgainError,
+    redis_errors.ClusterError,
+    redis_errors.MasterDownError,
 )
 """What a Redis call raises when Redis cannot be reached or cannot answer yet."""
 
@@ -75,23 +97,40 @@ def refusal_of(exc: BaseException) -> errors.Refusal | None:
     return unavailable() if unreachable(exc) else None
 
 
-def connect(url: str) -> aioredis.Redis:
+def _cluster_url(url: str) -> str | None:
+    """The plain URL a `redis+cluster://` or `rediss+cluster://` URL stands for, else None."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower()) if sep else None
+    return f"{plain}://{rest}" if plain else None
+
+
+def connect(url: str) -> Client:
     """A client for a service: bounded connects and reads, a few quick retries for a blip.
 
-    A longer outage surfaces within about a second as a `redis.exceptions.ConnectionError` and
-    is handled by the caller's own backoff (`RedisLink`). Options in the URL's query win.
+    `redis+cluster://HOST:PORT` (or `rediss+cluster://`) names any node of a Redis Cluster:
+    the client reads the slot map there and follows MOVED/ASK redirections and failovers.
+    A longer outage surfaces within about a second as a `redis.exceptions.ConnectionError` (or
+    a cluster error) and is handled by the caller's own backoff (`RedisLink`). Options in the
+    URL's query win.
 
     Raises:
         ValueError: the URL is not a Redis URL.
     """
-    return aioredis.Redis.from_url(
-        url,
-        socket_connect_timeout=5,
+    options: dict[str, Any] = {
+        "socket_connect_timeout": 5,
         # Longer than any blocking read (WatchRecovery blocks for a second) and any script;
         # only a connection that went silent (a partition) waits this long.
-        socket_timeout=30,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
-    )
+        "socket_timeout": 30,
+        "retry": Retry(ExponentialBackoff(cap=0.5, base=0.05), 3),
+    }
+    cluster = _cluster_url(url)
+    if cluster is not None:
+        parse_url(cluster)
+        # A database other than 0 does not exist on a cluster: refuse it rather than ignore it.
+        if parse_url(cluster).get("db", 0) not in (0, "0"):
+            raise ValueError("a Redis Cluster has only database 0")
+        return RedisCluster.from_url(cluster, **options)
+    return aioredis.Redis.from_url(url, **options)
 
 
 def check_url(url: str) -> None:
@@ -100,11 +139,19 @@ def check_url(url: str) -> None:
     Raises:
         ValueError: it is not (the message may quote the URL: never log it).
     """
-    parse_url(url)
+    cluster = _cluster_url(url)
+    parsed = parse_url(cluster or url)
+    if cluster is not None and parsed.get("db", 0) not in (0, "0"):
+        raise ValueError("a Redis Cluster has only database 0")
 
 
-def address(client: aioredis.Redis) -> str:
-    """Redis's host:port (or socket path) as the client has it: never the password."""
+def address(client: Client) -> str:
+    """Redis's host:port (or socket path) as the client has it: never the password. For a
+    cluster, the node it was pointed at, marked `cluster:`."""
+    if isinstance(client, RedisCluster):
+        nodes = client.nodes_manager.startup_nodes or {}
+        first = next(iter(nodes.values()), None)
+        return f"cluster:{first.host}:{first.port}" if first else "cluster"
     kwargs = client.connection_pool.connection_kwargs
     if kwargs.get("path"):
         return f"unix:{kwargs['path']}"
@@ -153,7 +200,7 @@ class RedisLink:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: Client,
         *,
         initial_s: float = INITIAL_S,
         cap_s: float = CAP_S,

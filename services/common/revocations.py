@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-import redis.asyncio as aioredis
+from services.common import redis_link
 
 # Keep a revocation a little past the token's expiry: after that the signature check refuses it.
 _MARGIN_S = 120
@@ -18,7 +18,7 @@ def key(swarm: str, token_id: str) -> str:
 class RedisRevocations:
     """The `tokens.Revocations` port on Redis."""
 
-    def __init__(self, client: aioredis.Redis) -> None:
+    def __init__(self, client: redis_link.Client) -> None:
         self._redis = client
 
     async def is_revoked(self, swarm: str, token_id: str) -> bool:

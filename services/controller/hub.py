@@ -19,8 +19,6 @@ import functools
 import logging
 from collections.abc import Callable
 
-import redis.asyncio as aioredis
-
 from services.common import errors, logs, redis_link, revocations, tokens
 from services.controller import metrics, recovering, replacing
 from services.controller.pods import runtime as pods
@@ -51,7 +49,7 @@ class Hub:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: redis_link.Client,
         runtime: pods.PodRuntime,
         *,
         grant_key: str,

@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         # The URL may hold a password: name the variable, never the value.
         print(
             f"agentihooks-controller: {redis_link.VARIABLE} is not a Redis URL "
-            "(redis://[:PASSWORD@]HOST:PORT/DB, rediss://… or unix://…)",
+            f"({redis_link.URL_FORMS})",
             file=sys.stderr,
         )
         raise SystemExit(2) from None

@@ -60,8 +60,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-import redis.asyncio as aioredis
-
 from services.common import directives, errors, logs, redis_link
 from services.controller import deciding, decisions, outcomes, replacing, swarms, telemetry
 from services.controller.pods import classifying
@@ -130,7 +128,7 @@ class Recovery:
 
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: redis_link.Client,
         swarm: str,
         runtime: pods.PodRuntime,
         *,

@@ -13,9 +13,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-import redis.asyncio as aioredis
-
-from services.common import directives, errors, logs, tokens
+from services.common import directives, errors, logs, redis_link, tokens
 from services.common.checkpoints import storing, validation
 from services.controller import deciding, telemetry
 from services.controller.pods import runtime as pods
@@ -87,7 +85,7 @@ class Context:
         entry_point: The worker entry point launched in place of the swarm's command, if any.
     """
 
-    client: aioredis.Redis
+    client: redis_link.Client
     writer: writing.Writer
     runtime: pods.PodRuntime
     checkpoints: CheckpointSource

@@ -14,9 +14,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import redis.asyncio as aioredis
-
-from services.common import logs
+from services.common import logs, redis_link
 from services.controller.state import keys, records
 
 log = logging.getLogger("services.controller.telemetry")
@@ -82,7 +80,7 @@ def _text(value: bytes | str) -> str:
 
 
 async def read(
-    client: aioredis.Redis,
+    client: redis_link.Client,
     swarm: str,
     *,
     after: str | None = None,
@@ -100,7 +98,7 @@ async def read(
     return out
 
 
-async def last_id(client: aioredis.Redis, swarm: str) -> str:
+async def last_id(client: redis_link.Client, swarm: str) -> str:
     """The id of the swarm's newest event, or `0-0` when there is none (watch from now on)."""
     reply: Any = await client.xrevrange(keys.events(swarm), count=1)
     if not reply:

@@ -197,6 +197,35 @@ def clean_log(ctl: Controller) -> None:
     ]
 
 
+async def assert_each_pod_once(
+    emulator: k8s_emulator.K8sEmulator,
+    pod_events: list[tuple[str, str]],
+    swarm: str,
+    first: Mapping[str, str],
+    second: Mapping[str, str],
+) -> None:
+    """Each Pod of `swarm` created once, each lost one (`first`) deleted once, as the Pod
+    watch recorded them (`pod_events`); a marker Pod proves the recorder has caught up."""
+    emulator.create(
+        "pods",
+        {"metadata": {"name": "marker", "labels": {runtime.LABEL_EXECUTION: "mark"}}},
+        namespace=cs.NAMESPACE,
+    )
+
+    async def caught_up() -> None:
+        assert ("ADDED", "mark") in pod_events
+
+    await ports.eventually(caught_up, timeout=WAIT_S)
+    seen = collections.Counter(
+        (t, e) for t, e in pod_events if t != "MODIFIED" and e.startswith(swarm)
+    )
+    expected = collections.Counter(
+        {("ADDED", e): 1 for e in [*first.values(), *second.values()]}
+        | {("DELETED", e): 1 for e in first.values()}
+    )
+    assert seen == expected, seen
+
+
 async def unavailable(call: Any) -> grpc.aio.AioRpcError:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await call
@@ -446,26 +475,7 @@ async def test_redis_killed_mid_recovery_and_restarted_ends_with_everything_done
                 await ports.eventually(ready, timeout=WAIT_S)
                 assert ctl.alive()
                 assert pods_of(emulator, swarm) == sorted(second.values())
-                # Each Pod created once, each lost one deleted once (a marker Pod proves the
-                # recorder has seen everything up to here).
-                emulator.create(
-                    "pods",
-                    {"metadata": {"name": "marker", "labels": {runtime.LABEL_EXECUTION: "mark"}}},
-                    namespace=cs.NAMESPACE,
-                )
-
-                async def caught_up() -> None:
-                    assert ("ADDED", "mark") in pod_events
-
-                await ports.eventually(caught_up, timeout=WAIT_S)
-                seen = collections.Counter(
-                    (t, e) for t, e in pod_events if t != "MODIFIED" and e.startswith(swarm)
-                )
-                expected = collections.Counter(
-                    {("ADDED", e): 1 for e in [*first.values(), *second.values()]}
-                    | {("DELETED", e): 1 for e in first.values()}
-                )
-                assert seen == expected, seen
+                await assert_each_pod_once(emulator, pod_events, swarm, first, second)
                 fences = {
                     (keys.fence(swarm, first[s]), f"release:{k.value}")
                     for s in seats

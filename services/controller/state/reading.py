@@ -11,9 +11,7 @@ import json
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-import redis.asyncio as aioredis
-
-from services.common import tokens
+from services.common import redis_link, tokens
 from services.controller import deciding
 from services.controller.state import keys, records
 
@@ -29,24 +27,24 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def _hash(client: aioredis.Redis, key: str) -> dict[str, str] | None:
+async def _hash(client: redis_link.Client, key: str) -> dict[str, str] | None:
     raw = await client.hgetall(key)
     return records.text_hash(raw) if raw else None
 
 
-async def seat(client: aioredis.Redis, swarm: str, name: str) -> records.Seat | None:
+async def seat(client: redis_link.Client, swarm: str, name: str) -> records.Seat | None:
     h = await _hash(client, keys.seat(swarm, name))
     return records.Seat.from_hash(h) if h else None
 
 
-async def seat_names(client: aioredis.Redis, swarm: str) -> list[str]:
+async def seat_names(client: redis_link.Client, swarm: str) -> list[str]:
     """The swarm's seats in document order."""
     names: list[Any] = await client.zrange(keys.seats(swarm), 0, -1)
     return [_text(n) for n in names]
 
 
 async def seats(
-    client: aioredis.Redis, swarm: str, names: Iterable[str] | None = None
+    client: redis_link.Client, swarm: str, names: Iterable[str] | None = None
 ) -> list[records.Seat]:
     """The named seats (default: every seat, in document order), read in one round trip."""
     wanted = list(names) if names is not None else await seat_names(client, swarm)
@@ -60,26 +58,26 @@ async def seats(
     return out
 
 
-async def attention(client: aioredis.Redis, swarm: str) -> list[str]:
+async def attention(client: redis_link.Client, swarm: str) -> list[str]:
     """The seats with unfinished work for the pass (see `keys.attention`)."""
     members: set[Any] = await client.smembers(keys.attention(swarm))
     return sorted(_text(m) for m in members)
 
 
-async def expected(client: aioredis.Redis, swarm: str) -> dict[str, int]:
+async def expected(client: redis_link.Client, swarm: str) -> dict[str, int]:
     """Execution id -> consecutive passes the runtime's list did not show it, for every attempt
     the list should show (see `keys.expected`)."""
     raw = await _hash(client, keys.expected(swarm)) or {}
     return {eid: int(passes or "0") for eid, passes in raw.items()}
 
 
-async def execution(client: aioredis.Redis, swarm: str, eid: str) -> records.Execution | None:
+async def execution(client: redis_link.Client, swarm: str, eid: str) -> records.Execution | None:
     h = await _hash(client, keys.execution(swarm, eid))
     return records.Execution.from_hash(h) if h else None
 
 
 async def executions(
-    client: aioredis.Redis, swarm: str, eids: Iterable[str]
+    client: redis_link.Client, swarm: str, eids: Iterable[str]
 ) -> list[records.Execution]:
     """The named attempts that exist, read in one round trip."""
     pipe = client.pipeline(transaction=False)
@@ -102,7 +100,7 @@ class FencedReads:
 
 
 async def fenced_attempt(
-    client: aioredis.Redis, swarm: str, eid: str, *, with_fence: bool = True
+    client: redis_link.Client, swarm: str, eid: str, *, with_fence: bool = True
 ) -> FencedReads:
     """The fenced attempt's fence (unless the caller has it), decision and record, the swarm's
     config and pause switch: one pipeline, one round trip."""
@@ -130,7 +128,7 @@ async def fenced_attempt(
 
 
 async def seat_and_execution(
-    client: aioredis.Redis, swarm: str, name: str, eid: str
+    client: redis_link.Client, swarm: str, name: str, eid: str
 ) -> tuple[records.Seat | None, records.Execution | None]:
     """A seat and one attempt (the one expected to be its current), in one round trip."""
     pipe = client.pipeline(transaction=False)
@@ -143,79 +141,79 @@ async def seat_and_execution(
     )
 
 
-async def fence(client: aioredis.Redis, swarm: str, eid: str) -> records.Fence | None:
+async def fence(client: redis_link.Client, swarm: str, eid: str) -> records.Fence | None:
     h = await _hash(client, keys.fence(swarm, eid))
     return records.Fence.from_hash(h) if h else None
 
 
-async def decision(client: aioredis.Redis, swarm: str, eid: str) -> records.Decision | None:
+async def decision(client: redis_link.Client, swarm: str, eid: str) -> records.Decision | None:
     h = await _hash(client, keys.decision(swarm, eid))
     return records.Decision.from_hash(h) if h else None
 
 
-async def outcome(client: aioredis.Redis, swarm: str, eid: str) -> records.Outcome | None:
+async def outcome(client: redis_link.Client, swarm: str, eid: str) -> records.Outcome | None:
     h = await _hash(client, keys.outcome(swarm, eid))
     return records.Outcome.from_hash(h) if h else None
 
 
-async def refusal(client: aioredis.Redis, swarm: str, eid: str) -> str | None:
+async def refusal(client: redis_link.Client, swarm: str, eid: str) -> str | None:
     """The last restore refusal reason a replacement reported."""
     h = await _hash(client, keys.refusal(swarm, eid))
     return h.get("reason") if h else None
 
 
-async def task(client: aioredis.Redis, swarm: str, task_id: str) -> records.Task | None:
+async def task(client: redis_link.Client, swarm: str, task_id: str) -> records.Task | None:
     h = await _hash(client, keys.task(swarm, task_id))
     return records.Task.from_hash(h) if h else None
 
 
-async def config(client: aioredis.Redis, swarm: str) -> records.SwarmConfig | None:
+async def config(client: redis_link.Client, swarm: str) -> records.SwarmConfig | None:
     h = await _hash(client, keys.config(swarm))
     return records.SwarmConfig.from_hash(h) if h else None
 
 
-async def masters(client: aioredis.Redis, swarm: str) -> dict[str, str]:
+async def masters(client: redis_link.Client, swarm: str) -> dict[str, str]:
     """Master agent name -> SHA-256 of its credential."""
     return await _hash(client, keys.masters(swarm)) or {}
 
 
-async def accounts(client: aioredis.Redis, swarm: str) -> dict[str, int]:
+async def accounts(client: redis_link.Client, swarm: str) -> dict[str, int]:
     return {k: int(v) for k, v in (await _hash(client, keys.accounts(swarm)) or {}).items()}
 
 
-async def slots(client: aioredis.Redis, swarm: str) -> dict[str, str]:
+async def slots(client: redis_link.Client, swarm: str) -> dict[str, str]:
     """Execution id -> the provider account whose slot it holds."""
     return await _hash(client, keys.slots(swarm)) or {}
 
 
-async def paused(client: aioredis.Redis, swarm: str) -> bool:
+async def paused(client: redis_link.Client, swarm: str) -> bool:
     return bool(await client.exists(keys.paused(swarm)))
 
 
-async def epoch(client: aioredis.Redis, swarm: str) -> int:
+async def epoch(client: redis_link.Client, swarm: str) -> int:
     value = await client.get(keys.epoch(swarm))
     return int(value) if value is not None else 0
 
 
-async def requests(client: aioredis.Redis, swarm: str) -> list[tuple[str, records.Request]]:
+async def requests(client: redis_link.Client, swarm: str) -> list[tuple[str, records.Request]]:
     """Recorded requests as (field, request), oldest first."""
     raw = await _hash(client, keys.requests(swarm)) or {}
     found = [(f, records.Request.from_json(json.loads(v))) for f, v in raw.items()]
     return sorted(found, key=lambda item: (item[1].requested_at, item[0]))
 
 
-async def restore_outcomes_by_type(client: aioredis.Redis, swarm: str) -> dict[str, int]:
+async def restore_outcomes_by_type(client: redis_link.Client, swarm: str) -> dict[str, int]:
     """Recovery.restore_outcomes_by_type: verified outcomes as native, reconstructed, fresh."""
     raw = await _hash(client, keys.outcomes_by_type(swarm)) or {}
     return {kind: int(raw.get(kind, "0")) for kind in ("native", "reconstructed", "fresh")}
 
 
-async def swarm_names(client: aioredis.Redis) -> list[str]:
+async def swarm_names(client: redis_link.Client) -> list[str]:
     return sorted(_text(n) for n in await client.smembers(keys.SWARMS))
 
 
 async def master_for_token(
-    client: aioredis.Redis, swarm: str, token: str | None
+    client: redis_link.Client, swarm: str, token: str | None
 ) -> records.Master | None:
     """The registered master of `swarm` whose credential `token` is, or None.
 
@@ -278,7 +276,7 @@ class SwarmStatus:
 
 
 async def card(
-    client: aioredis.Redis,
+    client: redis_link.Client,
     swarm: str,
     at: records.Seat,
     compatibility_key: str,
@@ -327,7 +325,7 @@ async def card(
 
 
 async def status(
-    client: aioredis.Redis, swarm: str, compatibility_key: str, reoffer: Reoffer | None = None
+    client: redis_link.Client, swarm: str, compatibility_key: str, reoffer: Reoffer | None = None
 ) -> SwarmStatus:
     """The swarm's status: tasks, seats, handoff cards, pause state and counters; the cards'
     offers under `compatibility_key` (see `card`)."""

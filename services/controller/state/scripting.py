@@ -21,10 +21,9 @@ import signal
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 
-from services.common import logs
+from services.common import logs, redis_link
 
 log = logging.getLogger("services.controller.failpoint")
 
@@ -171,7 +170,7 @@ class Scripts:
             ran on Redis.
     """
 
-    def __init__(self, client: aioredis.Redis, *, after_write: AfterWrite | None = None) -> None:
+    def __init__(self, client: redis_link.Client, *, after_write: AfterWrite | None = None) -> None:
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source) for name, source in _SOURCES.items()
         }

@@ -1,0 +1,198 @@
+"""The controller on a real Redis Cluster: three masters with a replica each, started from
+`redis-server --cluster-enabled yes` processes and joined by `redis-cli --cluster create`.
+
+The real controller entry point runs against the Kubernetes API emulator with
+`AGENTIHOOKS_REDIS_URL=redis+cluster://…` naming one node. Swarms are chosen so that their hash
+tags land on three different masters; every transition is one script on one slot, so each swarm
+is recovered on its own master, and a `CLUSTER FAILOVER` in the middle of a recovery loses
+nothing and does nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import pathlib
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.crc import key_slot
+
+from services.common import redis_link, revocations
+from services.controller import telemetry
+from services.controller.state import keys, reading, records
+from tests.e2e import test_redis_outage as outage
+from tests.support import controller_server as cs
+from tests.support import k8s_emulator, ports
+from tests.support.redis_cluster import Node, RedisCluster
+
+WAIT_S = outage.WAIT_S
+
+
+@pytest.fixture
+def cluster(tmp_path: pathlib.Path) -> Iterator[RedisCluster]:
+    running = RedisCluster(tmp_path / "cluster")
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture
+async def cluster_client(cluster: RedisCluster) -> AsyncIterator[redis_link.Client]:
+    client = redis_link.connect(cluster.url)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+def swarms_on_each_master(cluster: RedisCluster, prefix: str) -> list[str]:
+    """One swarm name per master: names whose hash tag's slot each master serves."""
+    chosen: dict[int, str] = {}
+    for i in range(200):
+        name = f"{prefix}-{i}"
+        master = cluster.master_of_slot_for(keys.lease(name))
+        chosen.setdefault(master.port, name)
+        if len(chosen) == cluster.masters:
+            return list(chosen.values())
+    raise AssertionError("no swarm name found for every master")
+
+
+class FailoverOnCall(collections.Counter[str]):
+    """The emulator's call counter; when an armed call arrives (before the emulator answers it)
+    the replica of the given master takes over with `CLUSTER FAILOVER`."""
+
+    armed: tuple[str, RedisCluster, Node] | None = None
+    fired = False
+
+    def __setitem__(self, call: str, count: int) -> None:
+        super().__setitem__(call, count)
+        if self.armed is not None and call == self.armed[0]:
+            _, cluster, master = self.armed
+            self.armed = None
+            cluster.failover(cluster.replica_of(master))
+            self.fired = True
+
+
+async def test_one_controller_recovers_swarms_on_three_masters(
+    tmp_path: pathlib.Path, cluster: RedisCluster, cluster_client: redis_link.Client
+) -> None:
+    """Three swarms, one on each master: the controller started with a `redis+cluster://` URL
+    takes each lease, launches every seat, and replaces a failed worker in each swarm exactly
+    once; each swarm's keys live on its own master. Health is SERVING and the log names the
+    cluster, never a traceback."""
+    names = swarms_on_each_master(cluster, "cl")
+    masters = {cluster.master_of_slot_for(keys.lease(n)).port for n in names}
+    assert len(masters) == cluster.masters
+    seats = ("eng-1", "eng-2")
+    async with k8s_emulator.serving() as emulator, outage.controllers() as running:
+        ctl = await outage.start_controller(outage.controller_env(tmp_path, emulator, cluster.url))
+        running.append(ctl)
+        for name in names:
+            await outage.apply(ctl, cs.document(name, seats=seats, legacy=True))
+        for name in names:
+            await ports.eventually(
+                lambda n=name: outage.launched(cluster_client, n, seats, 1), timeout=WAIT_S
+            )
+            outage.fail_pod(emulator, name, keys.execution_id(name, "eng-1", 1))
+        for name in names:
+            await ports.eventually(
+                lambda n=name: outage.launched(cluster_client, n, ("eng-1",), 2), timeout=WAIT_S
+            )
+            assert outage.pods_of(emulator, name) == sorted(
+                [keys.execution_id(name, "eng-1", 2), keys.execution_id(name, "eng-2", 1)]
+            )
+            held = await cluster_client.get(keys.lease(name))
+            assert held is not None and held.decode().startswith("controller"), held
+        assert sorted(await reading.swarm_names(cluster_client)) == sorted(names)
+        assert await ctl.serving() == (outage.SERVING, outage.SERVING)
+        listening = ctl.events("redis_available") or ctl.events("listening")
+        assert listening
+        assert await ctl.stop() == 0
+        outage.clean_log(ctl)
+
+
+async def test_a_master_failover_mid_recovery_loses_nothing_and_does_nothing_twice(
+    tmp_path: pathlib.Path, cluster: RedisCluster, cluster_client: redis_link.Client
+) -> None:
+    """Three seats fail at once; while the first replacement Pod is being created (fences and
+    decisions written, launches in flight) the swarm's master is failed over to its replica
+    with `CLUSTER FAILOVER`. Afterwards each seat has exactly one replacement, each Pod was
+    created once and each lost one deleted once, one fence and one recovery event per lost
+    attempt; and the controller runs on against the new master: a later failure is replaced."""
+    swarm, seats = swarms_on_each_master(cluster, "fo")[0], ("eng-1", "eng-2", "eng-3")
+    first = {s: keys.execution_id(swarm, s, 1) for s in seats}
+    second = {s: keys.execution_id(swarm, s, 2) for s in seats}
+    async with k8s_emulator.serving() as emulator, outage.controllers() as running:
+        calls = FailoverOnCall(emulator.calls)
+        emulator.calls = calls
+        pod_events: list[tuple[str, str]] = []
+        recorder = asyncio.create_task(outage.watch_pods(emulator, pod_events))
+        try:
+            ctl = await outage.start_controller(
+                outage.controller_env(tmp_path, emulator, cluster.url)
+            )
+            running.append(ctl)
+            await outage.apply(ctl, cs.document(swarm, seats=seats, legacy=True))
+            await ports.eventually(
+                lambda: outage.launched(cluster_client, swarm, seats, 1), timeout=WAIT_S
+            )
+            master = cluster.master_of_slot_for(keys.lease(swarm))
+            calls.armed = ("create pods", cluster, master)
+            for seat in seats:
+                outage.fail_pod(emulator, swarm, first[seat])
+            await ports.eventually(
+                lambda: outage.launched(cluster_client, swarm, seats, 2), timeout=WAIT_S
+            )
+            assert calls.fired
+            assert cluster.role(master) == "slave"
+            assert cluster.master_of_slot_for(keys.lease(swarm)).port != master.port
+            assert outage.pods_of(emulator, swarm) == sorted(second.values())
+            await outage.assert_each_pod_once(emulator, pod_events, swarm, first, second)
+            events = collections.Counter(
+                (e.kind, e.execution_id)
+                for e in await telemetry.read(cluster_client, swarm, count=1000)
+            )
+            for seat in seats:
+                assert events[("fence", first[seat])] == 1, events
+                assert events[("recovery", first[seat])] == 1, events
+                decision = await reading.decision(cluster_client, swarm, first[seat])
+                assert decision is not None
+                assert decision.state is records.DecisionState.ACCEPTED
+                assert decision.replacement_execution_id == second[seat]
+            # The controller runs on against the new master.
+            outage.fail_pod(emulator, swarm, second["eng-1"])
+
+            async def fenced_again() -> None:
+                assert await reading.fence(cluster_client, swarm, second["eng-1"]) is not None
+
+            await ports.eventually(fenced_again, timeout=WAIT_S)
+            assert ctl.alive()
+            assert await ctl.stop() == 0
+            outage.clean_log(ctl)
+        finally:
+            emulator.drop_watches()
+            recorder.cancel()
+            await asyncio.gather(recorder, return_exceptions=True)
+
+
+async def test_revocations_on_a_cluster_are_seen_by_every_client(
+    cluster: RedisCluster, cluster_client: redis_link.Client
+) -> None:
+    """The store's revocation check on a cluster: a token id revoked through one client is
+    revoked for another client that was pointed at a different node, on the swarm's slot."""
+    other = redis_link.connect(f"redis+cluster://127.0.0.1:{cluster.nodes[-1].port}")
+    try:
+        writer = revocations.RedisRevocations(cluster_client)
+        reader = revocations.RedisRevocations(other)
+        assert not await reader.is_revoked("alpha", "token-1")
+        await writer.revoke("alpha", "token-1", expires_at=2**31)
+        assert await reader.is_revoked("alpha", "token-1")
+        assert not await reader.is_revoked("bravo", "token-1")
+        assert key_slot(revocations.key("alpha", "t").encode()) == key_slot(
+            keys.lease("alpha").encode()
+        )
+    finally:
+        await other.aclose()

@@ -1,0 +1,174 @@
+"""A real Redis Cluster on loopback: three masters and a replica each, from `redis-server
+--cluster-enabled yes` processes joined by `redis-cli --cluster create`.
+
+Waits are on the cluster's own answers (`CLUSTER INFO`, `ROLE`) with generous deadlines, never a
+fixed sleep, so a loaded machine only makes it slower.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import subprocess
+import time
+
+from tests.support import binaries, ports
+
+START_TIMEOUT_S = 180.0
+
+
+@dataclasses.dataclass
+class Node:
+    port: int
+    bus_port: int
+    folder: pathlib.Path
+    proc: subprocess.Popen[bytes] | None = None
+
+
+class RedisCluster:
+    """Six redis-server processes (3 masters, 3 replicas) forming one cluster."""
+
+    def __init__(self, folder: pathlib.Path, masters: int = 3, replicas: int = 1) -> None:
+        self.folder = folder
+        self.masters = masters
+        self.replicas = replicas
+        self.nodes = [
+            Node(ports.free_port(), ports.free_port(), folder / f"node-{i}")
+            for i in range(masters * (1 + replicas))
+        ]
+
+    @property
+    def url(self) -> str:
+        """The URL the services take: one node's address; the client discovers the rest."""
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}/0"
+
+    def cli(self, port: int, *args: str, timeout: float = 60.0) -> str:
+        done = subprocess.run(
+            [binaries.require("redis-cli"), "-p", str(port), *args],
+            capture_output=True,
+            timeout=timeout,
+            check=True,
+        )
+        return done.stdout.decode()
+
+    def _start_node(self, node: Node) -> None:
+        node.folder.mkdir(parents=True, exist_ok=True)
+        node.proc = subprocess.Popen(
+            [
+                binaries.require("redis-server"),
+                "--port",
+                str(node.port),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                # The bus port is named: the default (port + 10000) may not exist for a free
+                # port taken from the ephemeral range.
+                "--cluster-port",
+                str(node.bus_port),
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+                "--dir",
+                str(node.folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        ports.wait_port(node.port)
+
+    def start(self) -> None:
+        for node in self.nodes:
+            self._start_node(node)
+        addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+        subprocess.run(
+            [
+                binaries.require("redis-cli"),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(self.replicas),
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            timeout=START_TIMEOUT_S,
+            check=True,
+        )
+        self.wait_ok()
+
+    def wait_ok(self) -> None:
+        """Until every running node reports `cluster_state:ok` and sees every slot assigned."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            states = []
+            for node in self.nodes:
+                if node.proc is None or node.proc.poll() is not None:
+                    continue
+                try:
+                    states.append(self.cli(node.port, "cluster", "info"))
+                except subprocess.SubprocessError:
+                    states.append("")
+            if states and all(
+                "cluster_state:ok" in s and "cluster_slots_ok:16384" in s for s in states
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the Redis Cluster did not become ready: {states}")
+            time.sleep(0.2)
+
+    def role(self, node: Node) -> str:
+        return self.cli(node.port, "role").split()[0]
+
+    def master_of_slot_for(self, key: str) -> Node:
+        """The node serving `key`'s slot now."""
+        slot = int(self.cli(self.nodes[0].port, "cluster", "keyslot", key).strip())
+        for line in self.cli(self.nodes[0].port, "cluster", "nodes").splitlines():
+            fields = line.split()
+            if "master" not in fields[2] or "fail" in fields[2]:
+                continue
+            for span in fields[8:]:
+                lo, _, hi = span.partition("-")
+                if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                    port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                    return next(n for n in self.nodes if n.port == port)
+        raise AssertionError(f"no master serves the slot of {key!r}")
+
+    def replica_of(self, master: Node) -> Node:
+        node_id = self.cli(master.port, "cluster", "myid").strip()
+        for line in self.cli(master.port, "cluster", "nodes").splitlines():
+            fields = line.split()
+            if fields[3] == node_id and "slave" in fields[2]:
+                port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
+                return next(n for n in self.nodes if n.port == port)
+        raise AssertionError("the master has no replica")
+
+    def failover(self, replica: Node) -> None:
+        """`CLUSTER FAILOVER` on a replica: it becomes its master's master, with no write lost;
+        returns once it reports itself master and the cluster is ok again."""
+        assert self.cli(replica.port, "cluster", "failover").strip() == "OK"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.role(replica) != "master":
+            if time.monotonic() > deadline:
+                raise AssertionError("the replica did not take over")
+            time.sleep(0.1)
+        self.wait_ok()
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.proc is not None and node.proc.poll() is None:
+                node.proc.terminate()
+        for node in self.nodes:
+            if node.proc is not None:
+                try:
+                    node.proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    node.proc.kill()
+                    node.proc.wait(30)
