@@ -14,6 +14,7 @@ from collections.abc import Mapping
 PREFIX = "AGENTIHOOKS_"
 DEFAULT_MAX_OBJECT_BYTES = 1 << 30  # 1 GiB: an object over this is refused as oversized.
 MIN_KEY_BYTES = 32
+DEFAULT_START_TIMEOUT_S = 60  # a rollout or a lease takeover leaves the controller away briefly
 
 
 class SettingsError(ValueError):
@@ -234,6 +235,8 @@ class RestorerSettings:
     harness_home: pathlib.Path | None
     storage: StorageSettings
     harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    store_addr: str | None = None
+    start_timeout_s: int = DEFAULT_START_TIMEOUT_S
 
 
 HARNESS_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME")
@@ -254,15 +257,22 @@ def _harness_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def load_restorer(env: Mapping[str, str]) -> RestorerSettings:
-    """Read the restorer's settings."""
+    """Read the restorer's settings.
+
+    The store's address is read only with `AGENTIHOOKS_CHECKPOINT_REMOTE`: only then does the
+    worker reach the checkpoint store itself.
+    """
+    checkpoint_remote = _bool(env, "CHECKPOINT_REMOTE", False)
     return RestorerSettings(
         listen=_address(env, "RESTORER_ADDR", "127.0.0.1:50053") or "127.0.0.1:50053",
         control_addr=_address(env, "CONTROL_ADDR", None),
-        checkpoint_remote=_bool(env, "CHECKPOINT_REMOTE", False),
+        checkpoint_remote=checkpoint_remote,
         worker_credential=_get(env, "WORKER_CREDENTIAL"),
         launch_record_file=_absolute_path(env, "LAUNCH_RECORD"),
         attempt_dir=_absolute_path(env, "ATTEMPT_DIR"),
         harness_home=_absolute_path(env, "HARNESS_HOME"),
         storage=load_storage(env),
         harness_env=_harness_env(env),
+        store_addr=_address(env, "STORE_ADDR", None) if checkpoint_remote else None,
+        start_timeout_s=_int(env, "START_TIMEOUT_S", DEFAULT_START_TIMEOUT_S, minimum=0),
     )

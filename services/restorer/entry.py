@@ -12,6 +12,11 @@ file becomes the harness's stdin (fd 0) before it is exec'd.
 
 The harness runs without the attempt's worker credential in its environment: it is the
 sidecar's, and the agent has no use for it.
+
+Before anything else asks for a restore, the address a command needs must answer (`reach`):
+tried again with a bounded backoff for a while (a Pod's containers start together; the
+controller may be between two replicas), one JSON line per retry, then a loud line naming the
+variable and a distinct exit code. An address that is not HOST:PORT is refused at once.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import asyncio
 import dataclasses
 import errno
 import json
+import logging
 import os
 import pathlib
 import stat
@@ -29,18 +35,28 @@ from typing import NoReturn, TextIO
 
 import grpc
 from agentihooks.swarm.v2 import restorer_pb2, restorer_pb2_grpc, types_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common import directives, settings
+from services.common import directives, logs, settings
+from services.restorer import retrying
 
+EXIT_SETTINGS = 2
+"""A setting is missing or is not of its form (an address that is not HOST:PORT)."""
 EXIT_REFUSED = 3
 EXIT_UNAVAILABLE = 4
+"""The entry point: the restorer sidecar did not come up (or gave no result)."""
+EXIT_UNREACHABLE = 5
+"""The sidecar (`serve`, `restore`, `capture`): the controller or the checkpoint store does not
+answer at the address its setting names."""
 EXIT_EXEC_FAILED = 127
+RESTORER_ADDR = settings.PREFIX + "RESTORER_ADDR"
 HIDDEN_FROM_HARNESS = (settings.PREFIX + "WORKER_CREDENTIAL",)
 _WORDS = {
     types_pb2.CONTINUITY_NATIVE: directives.Continuity.NATIVE.value,
     types_pb2.CONTINUITY_RECONSTRUCTED: directives.Continuity.RECONSTRUCTED.value,
     types_pb2.CONTINUITY_FRESH: directives.Continuity.FRESH.value,
 }
+log = logging.getLogger("services.restorer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +80,137 @@ class Stop:
 
 class SidecarUnavailable(Exception):
     """The sidecar could not be reached or its stream ended without a result."""
+
+
+# --- the start check: a setting's address answers ---------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Address:
+    """An address a command needs at start: the setting that names it, and who answers there.
+
+    `unreached` says what did not happen, e.g. "the controller was not reached"; `bound` names
+    what set the time waited, when something did.
+    """
+
+    variable: str
+    value: str
+    unreached: str
+    bound: str | None = settings.PREFIX + "START_TIMEOUT_S"
+
+
+@dataclasses.dataclass(frozen=True)
+class Patience:
+    """How long a start check waits for an address and how it spaces its tries.
+
+    Bounded by time, not by a count of tries as `retrying.Retry` is: the controller's absence
+    during a rollout lasts seconds whatever the number of tries. Each try is a fresh channel,
+    so gRPC's own reconnect backoff (up to two minutes) never delays seeing a peer come back.
+    """
+
+    timeout_s: float
+    first_wait_s: float = 0.25
+    max_wait_s: float = 5.0
+    try_s: float = 10.0
+
+    def wait_s(self, tries: int) -> float:
+        """The wait after try number `tries` (1-based): doubled each time, capped."""
+        return min(self.max_wait_s, self.first_wait_s * 2.0 ** (tries - 1))
+
+
+class Unreachable(Exception):
+    """An address did not answer within the start timeout; the message is the loud line.
+
+    It names the variable, its address and gRPC's transport error: no credential is ever sent
+    to, or said about, the address checked.
+    """
+
+    def __init__(self, address: Address, timeout_s: float, last_error: str) -> None:
+        bound = f" ({address.bound})" if address.bound else ""
+        super().__init__(
+            f"{address.variable}={address.value} does not answer: {address.unreached} in"
+            f" {round(timeout_s, 1):g} s{bound}; gRPC: {last_error}"
+        )
+
+
+def check_form(address: Address) -> None:
+    """Refuse at once an address no try could reach.
+
+    The settings loader has already refused what is not HOST:PORT; a port 0 or blanks in the
+    host pass that form but never answer, so waiting for them would only delay the same line.
+
+    Raises:
+        settings.SettingsError: the message names the variable.
+    """
+    host, _, port = address.value.rpartition(":")
+    if (
+        not host
+        or not port.isdigit()
+        or not 0 < int(port) <= 65535
+        or host != "".join(host.split())
+    ):
+        raise settings.SettingsError(f"{address.variable} must be HOST:PORT, not {address.value!r}")
+
+
+async def _answers(target: str, timeout_s: float) -> str | None:
+    """None when a gRPC server answers at `target`, else gRPC's transport error.
+
+    Any answer counts, NOT_SERVING and UNIMPLEMENTED too: the address is right, and a
+    controller waiting for Redis is retried through by the calls themselves.
+    """
+    async with grpc.aio.insecure_channel(target) as channel:
+        try:
+            await health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(), timeout=timeout_s
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() in retrying.TRANSIENT:
+                return str(error.details() or error.code().name)
+    return None
+
+
+async def reach(address: Address, patience: Patience) -> None:
+    """Return once something answers at `address`; log one JSON line per retry (and one
+    when it answers after a retry).
+
+    Raises:
+        settings.SettingsError: the address is not of its form (no try is made).
+        Unreachable: nothing answered within `patience.timeout_s`.
+    """
+    check_form(address)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + patience.timeout_s
+    tries = 0
+    while True:
+        tries += 1
+        # The last try still gets a whole second: a deadline of 0 means one real try.
+        try_s = min(patience.try_s, max(deadline - loop.time(), 1.0))
+        error = await _answers(address.value, try_s)
+        if error is None:
+            if tries > 1:
+                logs.event(
+                    log,
+                    "start_check_answered",
+                    variable=address.variable,
+                    address=address.value,
+                    attempts=tries,
+                )
+            return
+        left = deadline - loop.time()
+        if left <= 0:
+            raise Unreachable(address, patience.timeout_s, error)
+        wait_s = min(patience.wait_s(tries), left)
+        logs.event(
+            log,
+            "start_check_retry",
+            logging.WARNING,
+            variable=address.variable,
+            address=address.value,
+            attempt=tries,
+            retry_in_s=round(wait_s, 3),
+            error=error,
+        )
+        await asyncio.sleep(wait_s)
 
 
 def prepare_checkout(worktree: pathlib.Path) -> None:
@@ -187,14 +334,34 @@ def _open_as_stdin(path: str) -> None:
             os.close(fd)
 
 
-def run(sidecar_addr: str, worktree: pathlib.Path, *, wait_s: float = 60.0) -> NoReturn:
-    """The `entry` subcommand: prepare, restore through the sidecar, then exec or exit."""
+async def _restore(sidecar: Address, worktree: pathlib.Path, wait_s: float) -> Launch | Stop:
+    await reach(sidecar, Patience(wait_s))
+    return await restore_through_sidecar(
+        sidecar.value, worktree, wait_s=wait_s, progress=sys.stderr
+    )
+
+
+def run(
+    sidecar_addr: str,
+    worktree: pathlib.Path,
+    *,
+    wait_s: float = 60.0,
+    variable: str = RESTORER_ADDR,
+    bound: str | None = None,
+) -> NoReturn:
+    """The `entry` subcommand: prepare, restore through the sidecar, then exec or exit.
+
+    `variable` names where `sidecar_addr` came from and `bound` what set `wait_s`, for the
+    line printed when the sidecar does not come up.
+    """
     prepare_checkout(worktree)
+    sidecar = Address(variable, sidecar_addr, "the restorer sidecar did not come up", bound)
     try:
-        outcome = asyncio.run(
-            restore_through_sidecar(sidecar_addr, worktree, wait_s=wait_s, progress=sys.stderr)
-        )
-    except SidecarUnavailable as error:
+        outcome = asyncio.run(_restore(sidecar, worktree, wait_s))
+    except settings.SettingsError as error:
+        print(f"agentihooks-restorer: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_SETTINGS) from None
+    except (Unreachable, SidecarUnavailable) as error:
         print(f"agentihooks-restorer: {error}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_UNAVAILABLE) from None
     supervise(outcome)

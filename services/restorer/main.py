@@ -9,6 +9,11 @@ Subcommands:
   entry    the worker entry point: restore through the sidecar, then exec the harness.
 
 Settings come from the environment (`AGENTIHOOKS_…`, see `services.common.settings`).
+
+Exit codes: 2 a setting is missing or not of its form (named on stderr, before anything runs);
+3 the restore was refused; 4 (`entry`) the restorer sidecar did not come up; 5 (`serve`,
+`restore`, `capture`) the controller or the checkpoint store does not answer at the address
+its setting names, within `AGENTIHOOKS_START_TIMEOUT_S`; 127 the harness could not be run.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ import os
 import pathlib
 import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
+
+import grpc
+from agentihooks.swarm.v2 import restorer_pb2
 
 from services.common import errors, logs, rpc, settings
 from services.restorer import capturing, entry, launching, local_worker, restoring, sidecar
@@ -59,9 +67,63 @@ async def _exit_with(pid: int, stopping: asyncio.Event) -> None:
         await asyncio.sleep(0.5)
 
 
+async def _reach_all(needed: Sequence[entry.Address], timeout_s: float) -> None:
+    """Return once every address in `needed` answers, in order, all within `timeout_s`.
+
+    Raises:
+        entry.Unreachable: one did not answer in the time left.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    for address in needed:
+        await entry.reach(address, entry.Patience(max(0.0, deadline - loop.time())))
+
+
+def _unreached(checking: asyncio.Task[None]) -> entry.Unreachable | None:
+    """The start check's failure, once it has given up."""
+    if not checking.done() or checking.cancelled():
+        return None
+    error = checking.exception()
+    return error if isinstance(error, entry.Unreachable) else None
+
+
+class _Checked(sidecar.RestorerService):
+    """The sidecar's service, whose restore starts only once the start check has passed.
+
+    The sidecar listens at once (its Pod's entry point and probes find it), but a restore asked
+    for meanwhile waits for the controller and the store to answer; when the check gives up the
+    call ends UNAVAILABLE and the sidecar stops, no restore step run.
+    """
+
+    def __init__(
+        self,
+        conf: settings.RestorerSettings,
+        checking: asyncio.Task[None],
+        on_ready: sidecar.OnReady,
+    ) -> None:
+        super().__init__(conf, on_ready=on_ready)
+        self._checking = checking
+
+    @rpc.handled
+    async def Restore(
+        self, request: restorer_pb2.RestoreRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[restorer_pb2.RestoreEvent]:
+        try:
+            await asyncio.shield(self._checking)
+        except entry.Unreachable:
+            raise errors.Unavailable(
+                "unavailable", "the sidecar stops: a setting's address does not answer"
+            ) from None
+        async for event in super().Restore(request, context):
+            yield event
+
+
 async def _serve(
-    conf: settings.RestorerSettings, capture_interval_s: float, exit_with: int | None = None
-) -> None:
+    conf: settings.RestorerSettings,
+    capture_interval_s: float,
+    exit_with: int | None = None,
+    needed: Sequence[entry.Address] = (),
+) -> int:
     capturers: list[capturing.Capturer] = []
     tasks: list[asyncio.Task[None]] = []
 
@@ -78,29 +140,66 @@ async def _serve(
         capturers.append(capturer)
         tasks.append(asyncio.create_task(capturer.run(capture_interval_s), name="capture"))
 
-    service = sidecar.RestorerService(conf, on_ready=start_capturing)
-    server, port = await rpc.start_server(conf.listen, [service.register], [sidecar.SERVICE_NAME])
-    logs.event(log, "listening", service="restorer", port=port)
-    loop = asyncio.get_running_loop()
-
-    def capture_now() -> None:
-        for capturer in capturers:
-            capturer.wake.set()
-
-    loop.add_signal_handler(signal.SIGUSR1, capture_now)
     stopping = asyncio.Event()
-    if exit_with is not None:
-        tasks.append(asyncio.create_task(_exit_with(exit_with, stopping), name="exit-with"))
+    checking = asyncio.create_task(_reach_all(needed, conf.start_timeout_s), name="start-check")
+
+    def stop_if_unreached(task: asyncio.Task[None]) -> None:
+        if _unreached(task) is not None:
+            stopping.set()
+
+    checking.add_done_callback(stop_if_unreached)
+    service = _Checked(conf, checking, on_ready=start_capturing)
     try:
+        server, port = await rpc.start_server(
+            conf.listen, [service.register], [sidecar.SERVICE_NAME]
+        )
+        logs.event(log, "listening", service="restorer", port=port)
+        loop = asyncio.get_running_loop()
+
+        def capture_now() -> None:
+            for capturer in capturers:
+                capturer.wake.set()
+
+        loop.add_signal_handler(signal.SIGUSR1, capture_now)
+        if exit_with is not None:
+            tasks.append(asyncio.create_task(_exit_with(exit_with, stopping), name="exit-with"))
         await rpc.wait_for_termination(5.0, server, stopping=stopping)
     finally:
-        for task in tasks:
+        for task in [checking, *tasks]:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
+        for task in [checking, *tasks]:
+            with contextlib.suppress(asyncio.CancelledError, entry.Unreachable):
                 await task
         await service.aclose()
+    unreached = _unreached(checking)
+    if unreached is not None:
+        print(f"agentihooks-restorer: {unreached}", file=sys.stderr, flush=True)
+        return entry.EXIT_UNREACHABLE
     logs.event(log, "stopped", service="restorer")
+    return 0
+
+
+async def _start_check(conf: settings.RestorerSettings, needed: Sequence[entry.Address]) -> bool:
+    """Wait for `needed` to answer (one-shot commands); False, said on stderr, when one
+    does not."""
+    try:
+        await _reach_all(needed, conf.start_timeout_s)
+    except entry.Unreachable as error:
+        print(f"agentihooks-restorer: {error}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
+async def _once(
+    conf: settings.RestorerSettings,
+    needed: Sequence[entry.Address],
+    command: Callable[[settings.RestorerSettings, pathlib.Path], Awaitable[int]],
+    worktree: pathlib.Path,
+) -> int:
+    """A one-shot command (`restore`, `capture`), once `needed` answers; else exit code 5."""
+    if not await _start_check(conf, needed):
+        return entry.EXIT_UNREACHABLE
+    return await command(conf, worktree)
 
 
 async def _restore_once(conf: settings.RestorerSettings, worktree: pathlib.Path) -> int:
@@ -178,6 +277,37 @@ def _missing(conf: settings.RestorerSettings, command: str) -> str | None:
     return None
 
 
+def _needed(conf: settings.RestorerSettings, command: str) -> list[entry.Address]:
+    """The addresses `command` needs answering at start, before any restore step, in order.
+
+    The controller when the launch record is fetched from it (what `_missing` asks for), and
+    the checkpoint store when checkpoints go through it (`AGENTIHOOKS_CHECKPOINT_REMOTE`, set
+    by the controller for such a swarm) and its address is given: the restore then reaches
+    the store the launch record names, which the controller writes from that same setting.
+    """
+    if command not in ("serve", "restore", "capture"):
+        return []
+    needed: list[entry.Address] = []
+    if conf.launch_record_file is None and conf.control_addr is not None:
+        needed.append(
+            entry.Address(
+                settings.PREFIX + "CONTROL_ADDR",
+                conf.control_addr,
+                "the controller, where the sidecar fetches its launch record, was not reached",
+            )
+        )
+    if conf.checkpoint_remote and conf.store_addr is not None:
+        needed.append(
+            entry.Address(
+                settings.PREFIX + "STORE_ADDR",
+                conf.store_addr,
+                "the checkpoint store, through which the sidecar reads and writes"
+                " checkpoints, was not reached",
+            )
+        )
+    return needed
+
+
 def _capture_interval(env: Mapping[str, str]) -> float:
     """`AGENTIHOOKS_CAPTURE_INTERVAL_S` (the controller passes it to every worker Pod), else
     the default; a value that is not a number of seconds stops the sidecar at start."""
@@ -239,7 +369,10 @@ def main(argv: list[str] | None = None) -> None:
         "--sidecar", help="HOST:PORT of the sidecar (default: AGENTIHOOKS_RESTORER_ADDR)"
     )
     commands.choices["entry"].add_argument(
-        "--wait", type=float, default=60.0, help="seconds to wait for the sidecar"
+        "--wait",
+        type=float,
+        default=None,
+        help="seconds to wait for the sidecar (default: AGENTIHOOKS_START_TIMEOUT_S, else 60)",
     )
     args = parser.parse_args(argv)
     logs.configure("restorer")
@@ -247,21 +380,37 @@ def main(argv: list[str] | None = None) -> None:
     missing = _missing(conf, args.command)
     if missing is not None:
         print(f"agentihooks-restorer: {missing}", file=sys.stderr)
-        raise SystemExit(2)
+        raise SystemExit(entry.EXIT_SETTINGS)
+    needed = _needed(conf, args.command)
+    try:
+        for address in needed:
+            entry.check_form(address)
+    except settings.SettingsError as error:
+        print(f"agentihooks-restorer: {error}", file=sys.stderr)
+        raise SystemExit(entry.EXIT_SETTINGS) from None
     if args.command == "serve":
         interval = args.capture_interval
         if interval is None:
             interval = _capture_interval(os.environ)
-        asyncio.run(_serve(conf, interval, args.exit_with))
+        code = asyncio.run(_serve(conf, interval, args.exit_with, needed))
+        if code:
+            raise SystemExit(code)
         return
     if args.command == "worker":
         local_worker.run(os.environ)
     worktree = _worktree(args.worktree)
     if args.command == "restore":
-        raise SystemExit(asyncio.run(_restore_once(conf, worktree)))
+        raise SystemExit(asyncio.run(_once(conf, needed, _restore_once, worktree)))
     if args.command == "capture":
-        raise SystemExit(asyncio.run(_capture_once(conf, worktree)))
-    entry.run(args.sidecar or conf.listen, worktree, wait_s=args.wait)
+        raise SystemExit(asyncio.run(_once(conf, needed, _capture_once, worktree)))
+    waited = settings.PREFIX + "START_TIMEOUT_S" if args.wait is None else "--wait"
+    entry.run(
+        args.sidecar or conf.listen,
+        worktree,
+        wait_s=conf.start_timeout_s if args.wait is None else args.wait,
+        variable="--sidecar" if args.sidecar else entry.RESTORER_ADDR,
+        bound=waited,
+    )
 
 
 if __name__ == "__main__":
