@@ -160,6 +160,7 @@ class ControllerSettings:
     pod_template: pathlib.Path | None
     entry_point: tuple[str, ...]
     worker_control_addr: str | None = None
+    advertise_host: str | None = None
 
 
 def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
@@ -219,6 +220,7 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         pod_template=_absolute_path(env, "POD_TEMPLATE"),
         entry_point=_entry_point(env, runtime),
         worker_control_addr=_worker_control_addr(env, runtime),
+        advertise_host=_get(env, "ADVERTISE_HOST"),
     )
 
 

@@ -17,16 +17,30 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from services.common import errors, logs, redis_link, revocations, tokens
-from services.controller import metrics, recovering, replacing
+from services.controller import metrics, recovering, replacing, sharing
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records
 
 log = logging.getLogger("services.controller.hub")
 
 RecoveryFactory = Callable[[str], recovering.Recovery]
+
+
+class NotHolder(errors.Unavailable):
+    """A write reached a replica that does not hold the swarm's lease: forwarded to the holder
+    when it can be, else answered `not_leader` with where the holder answers."""
+
+    def __init__(self, swarm: str, message: str | None = None) -> None:
+        super().__init__(
+            "not_leader", message or f"this controller does not hold the lease of swarm {swarm}"
+        )
+        self.swarm = swarm
+        self.request: Any = None
+        """What to forward when it is not the call's request (a client stream's messages)."""
 
 
 class Hub:
@@ -86,6 +100,9 @@ class Hub:
         self._lock = asyncio.Lock()
         self.metrics = metrics.Metrics()
         self.link.subscribe(self._redis_changed)
+        self.sharing = sharing.Sharing(
+            client, self.holder, ttl_ms=lease_ttl_ms, link=self.link, on_swarms=self._found
+        )
 
     async def _redis_changed(self, available: bool) -> None:
         self.metrics.redis_available.set(1.0 if available else 0.0)
@@ -105,6 +122,7 @@ class Hub:
             store_addr=self._store_addr,
             entry_point=self._entry_point,
             link=self.link,
+            share=self.sharing,
         )
 
     async def recovery(self, swarm: str, *, create: bool = False) -> recovering.Recovery:
@@ -166,6 +184,7 @@ class Hub:
         if not self._following:
             self._following = True
             await self.link.start()
+            await self.sharing.start()
         if await self.link.wait_known(redis_link.START_WAIT_S):
             try:
                 await self._discover()
@@ -177,8 +196,13 @@ class Hub:
         self._discovery = asyncio.create_task(self._discover_later(), name="swarm-discovery")
 
     async def _discover(self) -> None:
-        for swarm in await reading.swarm_names(self.client):
-            await self.recovery(swarm)
+        await self._found(await reading.swarm_names(self.client))
+
+    async def _found(self, swarms: Iterable[str]) -> None:
+        """Start the loop of every swarm not known here yet (applied on another replica)."""
+        for swarm in swarms:
+            if swarm not in self._recoveries:
+                await self.recovery(swarm)
 
     async def _discover_later(self) -> None:
         """Find the applied swarms once Redis answers (retried with a backoff)."""
@@ -219,6 +243,7 @@ class Hub:
         await asyncio.gather(*loops, return_exceptions=True)
         if self._following:
             self._following = False
+            await self.sharing.stop()
             await self.link.stop()
 
     @property
@@ -243,17 +268,28 @@ class Hub:
         return recovery is not None and recovery.lease.is_held()
 
     def ready(self) -> bool:
-        """Ready (for /readyz) when Redis answers and this replica holds the lease of every
-        swarm it serves."""
+        """Ready (for /readyz) when this replica serves: Redis answers and it has joined its
+        peers. Holding leases is not asked: every replica answers every call, forwarding a
+        write to the replica that holds the swarm's lease."""
         return self.not_ready() is None
 
     def not_ready(self) -> errors.Unavailable | None:
-        """Why this replica is not ready (`redis_unavailable`, `not_leader`), or None."""
+        """Why this replica is not ready (`redis_unavailable`, `starting`), or None."""
         if self.link.available is False:
             return redis_link.unavailable()
-        if not (self._recoveries and all(r.lease.is_held() for r in self._recoveries.values())):
-            return errors.Unavailable("not_leader", "this controller does not hold the lease")
+        if self.sharing.running and not self.sharing.joined.is_set():
+            return errors.Unavailable("starting", "the controller has not joined its peers yet")
         return None
+
+    async def holder_elsewhere(self, swarm: str) -> sharing.Peer | None:
+        """Where another live replica that holds `swarm`'s lease answers; None when this one
+        holds it, nobody does, or the holder advertised no address."""
+        if self.holds_lease(swarm):
+            return None
+        holder, peer = await self.sharing.holder_of(swarm)
+        if holder is None or holder == self.holder:
+            return None
+        return peer
 
     async def wait_until_leader(self, swarm: str, timeout: float = 10.0) -> None:
         """Wait until this process holds `swarm`'s lease (used after applying a new swarm)."""

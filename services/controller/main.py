@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import os
+import socket
 import sys
 from collections.abc import AsyncIterator, Mapping
 
@@ -39,6 +40,21 @@ def worker_settings(
         if env.get(settings.PREFIX + name):
             found[settings.PREFIX + name] = env[settings.PREFIX + name]
     return found
+
+
+def advertised_host(conf: settings.ControllerSettings) -> str:
+    """The host other replicas reach this one at (they forward writes to a swarm's holder):
+    `AGENTIHOOKS_ADVERTISE_HOST`, else the gRPC listen host, else, for a wildcard listener,
+    this machine's name as it resolves here (a Pod's IP on Kubernetes)."""
+    if conf.advertise_host:
+        return conf.advertise_host
+    host = conf.listen.rpartition(":")[0]
+    if host not in ("0.0.0.0", "[::]", "::", ""):  # noqa: S104
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
 
 
 @contextlib.asynccontextmanager
@@ -135,6 +151,8 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
             try:
                 runner, http_port = await http_api.start_http(hub, conf.http)
                 try:
+                    host = advertised_host(conf)
+                    hub.sharing.advertise(f"{host}:{port}", f"{host}:{http_port}")
                     await hub.start()
                     logs.event(
                         log,
@@ -152,6 +170,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 finally:
                     await hub.stop()
                     await runner.cleanup()
+                    await service.aclose()
             finally:
                 # Stopped on every way out (a second stop after a clean one does nothing): a
                 # server left running would outlive the event loop.

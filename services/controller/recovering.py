@@ -61,7 +61,15 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from services.common import directives, errors, logs, redis_link
-from services.controller import deciding, decisions, outcomes, replacing, swarms, telemetry
+from services.controller import (
+    deciding,
+    decisions,
+    outcomes,
+    replacing,
+    sharing,
+    swarms,
+    telemetry,
+)
 from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records, scripting, writing
@@ -124,6 +132,8 @@ class Recovery:
         scripts: A shared script runner (tests pass one with a crash hook).
         clock: Seconds since the epoch.
         link: Whether Redis answers (shared by a process's swarms); its own by default.
+        share: Which swarm leases this replica may take or keep, when controllers share the
+            swarms (`sharing.Sharing`); None: it takes every lease it can.
     """
 
     def __init__(
@@ -142,9 +152,11 @@ class Recovery:
         scripts: scripting.Scripts | None = None,
         clock: writing.Clock = time.time,
         link: redis_link.RedisLink | None = None,
+        share: sharing.Sharing | None = None,
     ) -> None:
         self.client = client
         self.link = link or redis_link.RedisLink(client)
+        self.share = share
         self.swarm = swarm
         self.runtime = runtime
         self.scripts = scripts or scripting.Scripts(client)
@@ -706,9 +718,15 @@ class Recovery:
         """
         if self.link.down.is_set():
             raise _Interrupted("redis_unavailable")
-        if not await self.lease.acquire():
-            waits = (stop, self.link.down)
-            await _first(waits, self.lease.ttl_ms / 3000)
+        shared: tuple[asyncio.Event, ...] = ()
+        if self.share is not None:
+            shared = (self.share.wake(self.swarm),)
+            shared[0].clear()
+        if (self.share is not None and not self.share.may_take(self.swarm)) or (
+            not await self.lease.acquire()
+        ):
+            # A standby: woken by a heartbeat (the share may have changed), else polled.
+            await _first((stop, self.link.down, *shared), self.lease.ttl_ms / 3000)
             return True
         inbox = _Inbox()
         helpers = [
@@ -716,12 +734,17 @@ class Recovery:
             asyncio.create_task(self._fast(inbox, on_pass), name=f"recovery-{self.swarm}"),
         ]
         passed = False
+        handing_back = False
         retries = redis_link.Backoff()
         try:
             async with self.lease.renewing():
                 while not stop.is_set() and not self.lease.lost.is_set():
                     self._check_interrupted(inbox)
-                    inbox.relist.clear()
+                    if self.share is not None and not self.share.may_keep(self.swarm):
+                        handing_back = True
+                        break
+                    for event in (inbox.relist, *shared):
+                        event.clear()
                     wakes: tuple[asyncio.Event, ...] = (
                         inbox.lease_lost,
                         inbox.interrupted,
@@ -729,6 +752,7 @@ class Recovery:
                         self.lease.lost,
                         self.lease.interrupted,
                         self.link.down,
+                        *shared,
                     )
                     try:
                         report = await self.reconcile()
@@ -779,7 +803,12 @@ class Recovery:
                     swarm=self.swarm,
                     helper=helper.get_name(),
                 )
-        return passed
+        if handing_back:
+            # Another live replica should hold this swarm (this one holds more than its share):
+            # released once nothing of this holder's runs, so the new owner takes it at once.
+            await self.lease.release()
+            logs.event(log, "lease_handed_back", swarm=self.swarm, holder=self.lease.holder)
+        return passed or handing_back
 
     def _check_interrupted(self, inbox: _Inbox) -> None:
         if inbox.interrupted.is_set():

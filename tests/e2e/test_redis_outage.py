@@ -20,7 +20,7 @@ import os
 import pathlib
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import aiohttp
@@ -523,9 +523,9 @@ async def test_redis_killed_mid_recovery_and_restarted_ends_with_everything_done
 async def test_after_a_redis_restart_a_standby_still_takes_over_from_a_killed_holder(
     tmp_path: pathlib.Path,
 ) -> None:
-    """Two controllers, one holding the swarm's lease. Redis restarts (its data kept): both go
-    NOT_SERVING, then SERVING again, and one of them holds the lease. That one is SIGKILLed:
-    the other takes over (ready) and replaces a failed worker."""
+    """Two controllers, one holding the swarm's lease, both ready (both serve). Redis restarts
+    (its data kept): both go NOT_SERVING, then SERVING again, and one of them holds the lease.
+    That one is SIGKILLed: the other takes the lease over and replaces a failed worker."""
     redis = RestartableRedis(tmp_path / "redis")
     await asyncio.to_thread(redis.start)
     swarm, seats = "outage-takeover", ("eng-1", "eng-2")
@@ -540,12 +540,19 @@ async def test_after_a_redis_restart_a_standby_still_takes_over_from_a_killed_ho
             b = await start_controller(env)
             running.append(b)
 
-            async def one_ready(want: Callable[[list[int]], bool]) -> list[int]:
-                statuses = [(await c.readyz())[0] for c in (a, b)]
-                assert want(statuses), statuses
-                return statuses
+            async def held_by() -> Controller:
+                """The controller holding the swarm's lease (both are ready: both serve)."""
+                raw = await r.get(keys.lease(swarm))
+                held = [
+                    c for c in (a, b) if raw and c.events("listening")[0]["holder"] == raw.decode()
+                ]
+                assert len(held) == 1, raw
+                for c in (a, b):
+                    status, body = await c.readyz()
+                    assert status == 200, body
+                return held[0]
 
-            await ports.eventually(lambda: one_ready(lambda s: s == [200, 503]), timeout=WAIT_S)
+            await ports.eventually(held_by, timeout=WAIT_S)
             redis.kill()
 
             async def both_down() -> None:
@@ -560,15 +567,13 @@ async def test_after_a_redis_restart_a_standby_still_takes_over_from_a_killed_ho
                     assert await c.serving() == (SERVING, SERVING)
 
             await ports.eventually(both_up, timeout=WAIT_S)
-            statuses = await ports.eventually(
-                lambda: one_ready(lambda s: sorted(s) == [200, 503]), timeout=WAIT_S
-            )
-            holder, standby = (a, b) if statuses[0] == 200 else (b, a)
+            holder = await ports.eventually(held_by, timeout=WAIT_S)
+            standby = b if holder is a else a
             await holder.kill()
 
             async def took_over() -> None:
-                status, body = await standby.readyz()
-                assert status == 200, body
+                raw = await r.get(keys.lease(swarm))
+                assert raw and raw.decode() == standby.events("listening")[0]["holder"], raw
 
             await ports.eventually(took_over, timeout=WAIT_S)
             fail_pod(emulator, swarm, keys.execution_id(swarm, "eng-2", 1))

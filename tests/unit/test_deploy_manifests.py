@@ -302,6 +302,9 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Rendered:
 
 # --- Resolving a container's environment as the kubelet does ---------------------------------
 
+POD_IP = "10.244.1.7"
+"""The Pod IP `status.podIP` resolves to here."""
+
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 
 
@@ -336,8 +339,10 @@ def container_env(rendered: Rendered, workload: dict[str, Any], container: str) 
             continue
         source = entry["valueFrom"]
         if "fieldRef" in source:
-            assert source["fieldRef"]["fieldPath"] == "metadata.namespace", entry
-            env[name] = namespace
+            # The downward API fields the manifests use, as a Pod would see them.
+            field = source["fieldRef"]["fieldPath"]
+            assert field in ("metadata.namespace", "status.podIP"), entry
+            env[name] = namespace if field == "metadata.namespace" else POD_IP
         elif "secretKeyRef" in source:
             ref = source["secretKeyRef"]
             data = rendered.data("Secret", ref["name"])
@@ -414,6 +419,9 @@ def test_the_controller_starts_with_its_manifest_and_listens_where_probed(
     assert started.loader == "load_controller"
     assert conf.runtime == "kubernetes"
     assert conf.namespace == rendered.namespace()
+    # Its peers forward writes to it at its Pod IP (a wildcard listener is no address).
+    assert conf.advertise_host == POD_IP
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
 
     defaults = settings.load_controller(
         {"AGENTIHOOKS_GRANT_KEY": "k" * 32, "AGENTIHOOKS_OPERATOR_TOKEN": "t" * 16}
@@ -605,16 +613,16 @@ def test_every_workload_is_hardened(rendered: Rendered) -> None:
 # resource. A new call, or a call made another way, fails the test until it is listed here, and
 # the Role or ClusterRole then has to grant its verb.
 API_CALLS: dict[tuple[str, str], tuple[str, set[str]]] = {
-    ("list_namespaced_pod", "request"): ("pods", {"list"}),  # list_attempts
-    ("list_namespaced_pod", "follow"): ("pods", {"list", "watch"}),  # _follow_pods
+    ("list_namespaced_pod", "request"): ("pods", {"list"}),  # list_attempts, no synced watch
+    ("list_namespaced_pod", "follow"): ("pods", {"list", "watch"}),  # the one Pod watch
     ("create_namespaced_pod", "request"): ("pods", {"create"}),  # launch
     ("read_namespaced_pod", "request"): ("pods", {"get"}),  # launch: the name is taken (409)
     ("delete_namespaced_pod", "request"): ("pods", {"delete"}),  # remove
     ("create_namespaced_secret", "request"): ("secrets", {"create"}),  # launch
     ("patch_namespaced_secret", "request"): ("secrets", {"patch"}),  # launch: left-over Secret
     ("delete_namespaced_secret", "request"): ("secrets", {"delete"}),  # remove
-    ("list_node", "request"): ("nodes", {"list"}),  # list_attempts: node readiness
-    ("list_node", "follow"): ("nodes", {"list", "watch"}),  # _follow_nodes
+    ("list_node", "request"): ("nodes", {"list"}),  # list_attempts, no synced watch: readiness
+    ("list_node", "follow"): ("nodes", {"list", "watch"}),  # the one Node watch
 }
 CLUSTER_RESOURCES = {"nodes"}
 
@@ -942,6 +950,7 @@ def test_the_guide_names_real_files_objects_and_commands() -> None:
     kinds = {
         "statefulset/agentihooks-redis",
         "deployment/agentihooks-checkpoint-store",
+        "deployment/agentihooks-controller",
         "svc/agentihooks-controller",
         "svc/agentihooks-checkpoint-store",
     }

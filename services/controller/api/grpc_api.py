@@ -6,10 +6,11 @@ to status codes in one place; a write on a replica without the lease answers UNA
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeAlias, TypeVar
 
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2 as pb
@@ -19,10 +20,15 @@ from services.common import errors, logs, rpc, tokens
 from services.controller import hub as hubs
 from services.controller import recovering, telemetry
 from services.controller.api import convert
-from services.controller.state import keys, records
+from services.controller.state import keys, records, scripting
 
 SERVICE_NAME = "agentihooks.swarm.v2.Recovery"
 WATCH_BLOCK_MS = 1000
+FORWARDED_BY = "agentihooks-forwarded-by"
+"""Metadata a forwarded call carries (the forwarding replica's holder id): never forwarded twice."""
+FORWARD_TIMEOUT_S = 60.0
+_T = TypeVar("_T")
+F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("services.controller.api")
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
@@ -53,10 +59,13 @@ def _named_swarm(request: pb.RestoreDecisionRequest) -> str | None:
     return request.swarm or keys.swarm_of(request.execution_id) or None
 
 
-async def _core(call: Any) -> Any:
-    """Await a core call, turning a lost lease into UNAVAILABLE."""
+async def _core(swarm: str, call: Awaitable[_T]) -> _T:
+    """Await a core call of `swarm`; a lost lease (this replica does not hold the swarm) raises
+    `hubs.NotHolder`, which `_forwarded` sends on to the holder."""
     try:
         return await call
+    except scripting.LeaseLost:
+        raise hubs.NotHolder(swarm) from None
     except Exception as exc:
         refusal = recovering.refusal_of(exc)
         if refusal is not None and refusal is not exc:
@@ -64,11 +73,94 @@ async def _core(call: Any) -> Any:
         raise
 
 
+def _forwarded(response: Callable[[bytes], Any]) -> Callable[[F], F]:
+    """Send a call that reached a replica without the swarm's lease on to the replica that
+    holds it, with the caller's own metadata (its credential is checked there again), and
+    answer with what the holder answered.
+
+    Forwarded once at most: a call already forwarded, or with no live holder to go to, is
+    answered UNAVAILABLE `not_leader` (saying where the holder answers when that is known); the
+    caller sends it again. Client-streaming methods forward the one message that counts
+    (`NotHolder.request`).
+    """
+
+    def wrap(method: F) -> F:
+        name = method.__name__
+
+        @functools.wraps(method)
+        async def call(self: RecoveryService, request: Any, context: Context) -> Any:
+            try:
+                return await method(self, request, context)
+            except hubs.NotHolder as refusal:
+                sent = request if refusal.request is None else refusal.request
+                return await self._forward(name, response, refusal, sent, context)
+
+        return call  # type: ignore[return-value]
+
+    return wrap
+
+
+def _serialize(message: Any) -> bytes:
+    return bytes(message.SerializeToString())
+
+
 class RecoveryService(pb_grpc.RecoveryServicer):
     """Serves `agentihooks.swarm.v2.Recovery` for every swarm of a Hub."""
 
     def __init__(self, hub: hubs.Hub) -> None:
         self._hub = hub
+        self._peers: dict[str, grpc.aio.Channel] = {}
+
+    async def aclose(self) -> None:
+        """Close the channels to the other replicas."""
+        peers, self._peers = self._peers, {}
+        for channel in peers.values():
+            await channel.close()
+
+    async def _forward(
+        self,
+        name: str,
+        response: Callable[[bytes], Any],
+        refusal: hubs.NotHolder,
+        request: Any,
+        context: Context,
+    ) -> Any:
+        incoming = rpc.metadata(context)
+        if FORWARDED_BY in incoming:
+            raise refusal
+        peer = await self._hub.holder_elsewhere(refusal.swarm)
+        if peer is None or peer.grpc is None:
+            raise refusal
+        channel = self._peers.get(peer.grpc)
+        if channel is None:
+            channel = self._peers[peer.grpc] = grpc.aio.insecure_channel(peer.grpc)
+        method = f"/{SERVICE_NAME}/{name}"
+        metadata = [(k, v) for k, v in incoming.items() if not k.startswith((":", "grpc-"))] + [
+            (FORWARDED_BY, self._hub.holder)
+        ]
+        try:
+            if isinstance(request, list):
+                stream = channel.stream_unary(
+                    method,
+                    request_serializer=_serialize,
+                    response_deserializer=response,
+                )
+                return await stream(iter(request), metadata=metadata, timeout=FORWARD_TIMEOUT_S)
+            unary = channel.unary_unary(
+                method, request_serializer=_serialize, response_deserializer=response
+            )
+            return await unary(request, metadata=metadata, timeout=FORWARD_TIMEOUT_S)
+        except grpc.aio.AioRpcError as error:
+            trailing = error.trailing_metadata() or ()
+            if not any(k == rpc.REASON_KEY for k, _ in trailing):
+                # The holder did not answer (gone, or not reachable from here).
+                raise hubs.NotHolder(
+                    refusal.swarm,
+                    f"this controller does not hold the lease of swarm {refusal.swarm}; its"
+                    f" holder at {peer.grpc} did not answer: try again",
+                ) from None
+            context.set_trailing_metadata(tuple((k, v) for k, v in trailing))
+            await context.abort(error.code(), error.details() or "")
 
     def register(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_RecoveryServicer_to_server(self, server)
@@ -94,6 +186,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         return swarm, target
 
     @rpc.handled
+    @_forwarded(pb.ApplySwarmResponse.FromString)
     async def ApplySwarm(
         self, request: pb.ApplySwarmRequest, context: Context
     ) -> pb.ApplySwarmResponse:
@@ -103,9 +196,11 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         from services.controller import swarms
 
         parsed = swarms.parse(request.document)
+        if await self._hub.holder_elsewhere(parsed.swarm) is not None:
+            raise hubs.NotHolder(parsed.swarm)
         await self._hub.wait_until_leader(parsed.swarm)
         recovery = await self._hub.recovery(parsed.swarm, create=True)
-        applied = await _core(recovery.apply_swarm(request.document))
+        applied = await _core(recovery.swarm, recovery.apply_swarm(request.document))
         logs.event(
             log, "swarm_applied", swarm=applied.swarm, admitted=len(applied.admitted_executions)
         )
@@ -116,6 +211,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         )
 
     @rpc.handled
+    @_forwarded(pb.RestoreDecisionResponse.FromString)
     async def RestoreDecision(
         self, request: pb.RestoreDecisionRequest, context: Context
     ) -> pb.RestoreDecisionResponse:
@@ -124,13 +220,14 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         choice = convert.choice(request.choice)
         recovery = await self._hub.recovery(swarm)
         result = await _core(
-            recovery.restore_decision(target, choice, request.agent or None, caller)
+            recovery.swarm, recovery.restore_decision(target, choice, request.agent or None, caller)
         )
         return pb.RestoreDecisionResponse(
             decision=convert.decision(result.decision), repeated=result.repeated
         )
 
     @rpc.handled
+    @_forwarded(pb.RequestRestoreDecisionResponse.FromString)
     async def RequestRestoreDecision(
         self, request: pb.RestoreDecisionRequest, context: Context
     ) -> pb.RequestRestoreDecisionResponse:
@@ -140,7 +237,8 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         recovery = await self._hub.recovery(swarm)
         since = await telemetry.last_id(self._hub.client, swarm)
         recorded = await _core(
-            recovery.request_restore_decision(target, choice, request.agent or None, caller)
+            recovery.swarm,
+            recovery.request_restore_decision(target, choice, request.agent or None, caller),
         )
         return pb.RequestRestoreDecisionResponse(
             execution_id=recorded.execution_id,
@@ -181,22 +279,24 @@ class RecoveryService(pb_grpc.RecoveryServicer):
                 )
 
     @rpc.handled
+    @_forwarded(pb.PauseState.FromString)
     async def PauseRecovery(
         self, request: pb.PauseRecoveryRequest, context: Context
     ) -> pb.PauseState:
         _operator(await self._caller(context, request.swarm))
         recovery = await self._hub.recovery(request.swarm)
-        await _core(recovery.pause())
+        await _core(recovery.swarm, recovery.pause())
         logs.event(log, "recovery_paused", swarm=request.swarm)
         return pb.PauseState(swarm=request.swarm, paused=await recovery.paused())
 
     @rpc.handled
+    @_forwarded(pb.PauseState.FromString)
     async def UnpauseRecovery(
         self, request: pb.PauseRecoveryRequest, context: Context
     ) -> pb.PauseState:
         _operator(await self._caller(context, request.swarm))
         recovery = await self._hub.recovery(request.swarm)
-        await _core(recovery.unpause())
+        await _core(recovery.swarm, recovery.unpause())
         logs.event(log, "recovery_unpaused", swarm=request.swarm)
         return pb.PauseState(swarm=request.swarm, paused=await recovery.paused())
 
@@ -214,6 +314,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         return convert.launch_record(await recovery.launch_record(worker))
 
     @rpc.handled
+    @_forwarded(pb.RestoreReportAck.FromString)
     async def ReportRestore(
         self, request_iterator: AsyncIterator[pb.RestoreReport], context: Context
     ) -> pb.RestoreReportAck:
@@ -230,36 +331,48 @@ class RecoveryService(pb_grpc.RecoveryServicer):
             final = report
         if final is None:
             raise errors.Malformed("malformed", "the stream ended without an outcome or refusal")
+        try:
+            return await self._report(worker, recovery, final)
+        except hubs.NotHolder as refusal:
+            refusal.request = [final]  # the stream, as far as it counts, for the holder
+            raise
+
+    async def _report(
+        self, worker: records.Worker, recovery: recovering.Recovery, final: pb.RestoreReport
+    ) -> pb.RestoreReportAck:
         if final.WhichOneof("report") == "refusal":
             if not final.refusal.reason:
                 raise errors.Malformed("malformed", "a refusal names its reason")
-            await _core(recovery.report_refusal(worker, final.refusal.reason))
+            await _core(recovery.swarm, recovery.report_refusal(worker, final.refusal.reason))
             return pb.RestoreReportAck()
         o = final.outcome
         reported = await _core(
+            recovery.swarm,
             recovery.report_restore(
                 worker,
                 recovery=convert.continuity(o.recovery),
                 checkpoint_id=o.checkpoint_id or None,
                 session_id=o.session_id or None,
                 watermark=o.watermark if o.HasField("watermark") else None,
-            )
+            ),
         )
         return pb.RestoreReportAck(
             outcome=convert.outcome(reported.outcome), repeated=reported.repeated
         )
 
     @rpc.handled
+    @_forwarded(pb.ReportCaptureResponse.FromString)
     async def ReportCapture(
         self, request: pb.ReportCaptureRequest, context: Context
     ) -> pb.ReportCaptureResponse:
         worker, recovery = await self._worker_recovery(context)
         await _core(
+            recovery.swarm,
             recovery.report_capture(
                 worker,
                 native_session_id=request.native_session_id or None,
                 archive_watermark=request.archive_watermark if request.archive_watermark else None,
                 checkpoint_id=request.checkpoint_id or None,
-            )
+            ),
         )
         return pb.ReportCaptureResponse()

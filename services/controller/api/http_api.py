@@ -19,12 +19,13 @@ import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
+import aiohttp
 from aiohttp import web
 
 from services.common import errors, logs, tokens
 from services.controller import hub as controller_hub
 from services.controller import metrics, recovering
-from services.controller.state import keys, reading, records
+from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.http")
 
@@ -174,8 +175,53 @@ async def restore_decision(request: web.Request) -> web.Response:
     caller = await _caller(request, swarm)
     choice, agent = _decision_request(await _body(request))
     recovery = await request.app[HUB].recovery(swarm)
-    result = await recovery.restore_decision(execution, choice, agent, caller)
+    try:
+        result = await recovery.restore_decision(execution, choice, agent, caller)
+    except scripting.LeaseLost:
+        return await _forward(request, swarm)
     return _json({**result.decision.to_json(), "repeated": result.repeated})
+
+
+FORWARDED_BY: Final = "X-Agentihooks-Forwarded-By"
+"""The header a forwarded call carries (the forwarding replica's holder id)."""
+FORWARD_TIMEOUT: Final = aiohttp.ClientTimeout(total=60)
+
+
+async def _forward(request: web.Request, swarm: str) -> web.Response:
+    """Send a decision that reached a replica without the swarm's lease on to the replica
+    that holds it (its credential is checked there again) and answer with its answer; once at
+    most, else 503 `not_leader`."""
+    hub = request.app[HUB]
+    refusal = controller_hub.NotHolder(swarm)
+    peer = None if FORWARDED_BY in request.headers else await hub.holder_elsewhere(swarm)
+    if peer is None or peer.http is None:
+        raise refusal
+    headers = {
+        "Authorization": request.headers.get("Authorization", ""),
+        "Content-Type": request.headers.get("Content-Type", "application/json"),
+        FORWARDED_BY: hub.holder,
+    }
+    url = f"http://{peer.http}{request.rel_url.path}"
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=FORWARD_TIMEOUT) as session,
+            session.post(url, data=await request.read(), headers=headers) as answer,
+        ):
+            body = await answer.read()
+            return web.Response(
+                body=body,
+                status=answer.status,
+                headers={
+                    **_NO_STORE,
+                    "Content-Type": answer.headers.get("Content-Type", "application/json"),
+                },
+            )
+    except (aiohttp.ClientError, TimeoutError):
+        raise controller_hub.NotHolder(
+            swarm,
+            f"this controller does not hold the lease of swarm {swarm}; its holder at"
+            f" {peer.http} did not answer: try again",
+        ) from None
 
 
 def status_json(status: reading.SwarmStatus, runtime: str) -> dict[str, Any]:
@@ -247,8 +293,9 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """`GET /readyz`: 200 only on the lease holder while Redis answers, so the Service sends
-    decisions to it; 503 `redis_unavailable` or `not_leader` otherwise."""
+    """`GET /readyz`: 200 while this replica serves (Redis answers, it has joined its peers):
+    every replica answers every call, forwarding writes to the swarm's lease holder; 503
+    `redis_unavailable` or `starting` otherwise."""
     reason = request.app[HUB].not_ready()
     if reason is None:
         return _json({"status": "ready"})
