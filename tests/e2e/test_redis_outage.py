@@ -421,20 +421,21 @@ def aof_revocations(redis: RestartableRedis, swarm: str) -> collections.Counter[
     )
 
 
+@pytest.mark.parametrize("count", [4, 40], ids=["four-seats", "storm-of-forty"])
 async def test_redis_killed_mid_recovery_and_restarted_ends_with_everything_done_once(
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path, count: int
 ) -> None:
-    """Four seats fail at once; Redis is SIGKILLed when the first replacement Pod is being
-    created (fences and decisions written, launches in flight) and started again on the same
-    port with its data once the controller logged that it waits. Meanwhile the controller is
-    NOT_SERVING and not ready. Afterwards: exactly one replacement per seat, each Pod created
-    once (the Pod watch) and the lost ones deleted once; every release recorded once in its
-    fence and each revocation written once (the AOF holds every write Redis ever did); one
-    decision and one fence event per lost attempt; SERVING and ready again; and the loops run
-    on: a later failure is fenced and, once chosen, replaced."""
+    """`count` seats fail at once (a storm of forty too); Redis is SIGKILLed when the first
+    replacement Pod is being created (fences and decisions written, launches in flight) and
+    started again on the same port with its data once the controller logged that it waits.
+    Meanwhile the controller is NOT_SERVING and not ready. Afterwards: exactly one replacement
+    per seat, each Pod created once (the Pod watch) and the lost ones deleted once; every
+    release recorded once in its fence and each revocation written once (the AOF holds every
+    write Redis ever did); one decision and one fence event per lost attempt; SERVING and ready
+    again; and the loops run on: a later failure is fenced and, once chosen, replaced."""
     redis = RestartableRedis(tmp_path / "redis")
     await asyncio.to_thread(redis.start)
-    swarm, seats = "outage-mid", ("eng-1", "eng-2", "eng-3", "eng-4")
+    swarm, seats = "outage-mid", tuple(f"eng-{i}" for i in range(1, count + 1))
     first = {s: keys.execution_id(swarm, s, 1) for s in seats}
     second = {s: keys.execution_id(swarm, s, 2) for s in seats}
     r = redis_link.connect(redis.url)
@@ -447,7 +448,9 @@ async def test_redis_killed_mid_recovery_and_restarted_ends_with_everything_done
             try:
                 ctl = await start_controller(controller_env(tmp_path, emulator, redis.url))
                 running.append(ctl)
-                await apply(ctl, cs.document(swarm, seats=seats, legacy=True))
+                document = json.loads(cs.document(swarm, seats=seats, legacy=True))
+                document["accounts"] = [{"name": "acct-a", "slots": count}]
+                await apply(ctl, json.dumps(document))
                 await ports.eventually(lambda: launched(r, swarm, seats, 1), timeout=WAIT_S)
                 calls.armed = ("create pods", redis)
                 for seat in seats:
