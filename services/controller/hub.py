@@ -100,12 +100,17 @@ class Hub:
         self._lock = asyncio.Lock()
         self.metrics = metrics.Metrics()
         self.link.subscribe(self._redis_changed)
+        if isinstance(runtime, pods.Reachable):
+            runtime.subscribe(self._runtime_changed)
         self.sharing = sharing.Sharing(
             client, self.holder, ttl_ms=lease_ttl_ms, link=self.link, on_swarms=self._found
         )
 
     async def _redis_changed(self, available: bool) -> None:
         self.metrics.redis_available.set(1.0 if available else 0.0)
+
+    async def _runtime_changed(self, available: bool) -> None:
+        self.metrics.kubernetes_available.set(1.0 if available else 0.0)
 
     # Swarms.
 
@@ -263,6 +268,15 @@ class Hub:
             self.link.suspect()
         return self.metrics.render()
 
+    def runtime_down(self) -> bool:
+        """Whether the runtime's backend (the Kubernetes API) is known not to answer: no
+        recovery can be done then, though decisions and reports are still recorded."""
+        return isinstance(self.runtime, pods.Reachable) and self.runtime.api_available is False
+
+    def serving(self) -> bool:
+        """What gRPC health reports: Redis answers and the runtime's backend is not down."""
+        return self.link.available is not False and not self.runtime_down()
+
     def holds_lease(self, swarm: str) -> bool:
         recovery = self._recoveries.get(swarm)
         return recovery is not None and recovery.lease.is_held()
@@ -274,9 +288,16 @@ class Hub:
         return self.not_ready() is None
 
     def not_ready(self) -> errors.Unavailable | None:
-        """Why this replica is not ready (`redis_unavailable`, `starting`), or None."""
+        """Why this replica is not ready (`redis_unavailable`, `kubernetes_unavailable`,
+        `starting`), or None."""
         if self.link.available is False:
             return redis_link.unavailable()
+        if self.runtime_down():
+            return errors.Unavailable(
+                "kubernetes_unavailable",
+                "the Kubernetes API does not answer: no worker can be listed, replaced or"
+                " removed; try again later",
+            )
         if self.sharing.running and not self.sharing.joined.is_set():
             return errors.Unavailable("starting", "the controller has not joined its peers yet")
         return None

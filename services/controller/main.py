@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -135,11 +134,17 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 link=link,
             )
             service = grpc_api.RecoveryService(hub)
-            # NOT_SERVING until Redis answers, and again whenever it stops answering.
+            # NOT_SERVING until Redis answers, and again whenever it (or, on Kubernetes, the
+            # API server) stops answering: no recovery can be done then.
             health_servicer = health.aio.HealthServicer()
-            link.subscribe(
-                functools.partial(rpc.set_serving, health_servicer, ["", grpc_api.SERVICE_NAME])
-            )
+
+            async def health_changed(_: bool) -> None:
+                names = ["", grpc_api.SERVICE_NAME]
+                await rpc.set_serving(health_servicer, names, hub.serving())
+
+            link.subscribe(health_changed)
+            if isinstance(runtime, pods.Reachable):
+                runtime.subscribe(health_changed)
             server, port = await rpc.start_server(
                 conf.listen,
                 [service.register],

@@ -85,6 +85,13 @@ class Metrics:
             "1 while Redis answers this controller, 0 while it does not",
             registry=self.registry,
         )
+        self.kubernetes_available = Gauge(
+            "agentihooks_kubernetes_available",
+            "1 while the Kubernetes API answers this controller, 0 while it does not"
+            " (1 on the local runtime)",
+            registry=self.registry,
+        )
+        self.kubernetes_available.set(1.0)
 
     def _per_swarm(self, name: str, documentation: str) -> Counter:
         return Counter(name, documentation, ["swarm"], registry=self.registry)

@@ -157,6 +157,11 @@ class Recovery:
         self.client = client
         self.link = link or redis_link.RedisLink(client)
         self.share = share
+        # Set when the runtime's backend (the Kubernetes API) answers again after it did not:
+        # a pass that failed on it waits for this rather than for its whole backoff.
+        self._runtime_back = asyncio.Event()
+        if isinstance(runtime, pods.Reachable):
+            runtime.subscribe(self._runtime_changed)
         self.swarm = swarm
         self.runtime = runtime
         self.scripts = scripts or scripting.Scripts(client)
@@ -735,6 +740,7 @@ class Recovery:
         ]
         passed = False
         handing_back = False
+        runtime_down = False
         retries = redis_link.Backoff()
         try:
             async with self.lease.renewing():
@@ -756,6 +762,25 @@ class Recovery:
                     )
                     try:
                         report = await self.reconcile()
+                    except pods.PodsUnavailable as exc:
+                        # The Kubernetes API does not answer: the runtime logs one line per
+                        # step of its own backoff; the pass is tried again when it answers.
+                        delay = retries.next()
+                        if not runtime_down:
+                            runtime_down = True
+                            logs.event(
+                                log,
+                                "swarm_loop_interrupted",
+                                logging.WARNING,
+                                swarm=self.swarm,
+                                holder=self.lease.holder,
+                                dependency="kubernetes",
+                                exception=type(exc).__name__,
+                                retry_in_s=delay,
+                            )
+                        self._runtime_back.clear()
+                        await _first((*wakes, self._runtime_back), delay)
+                        continue
                     except Exception as exc:
                         if redis_link.unreachable(exc):
                             raise
@@ -773,6 +798,11 @@ class Recovery:
                         await _first(wakes, delay)
                         continue
                     retries.reset()
+                    if runtime_down:
+                        runtime_down = False
+                        logs.event(
+                            log, "swarm_loop_resumed", swarm=self.swarm, dependency="kubernetes"
+                        )
                     if on_pass is not None:
                         on_pass(report)
                     if report.lease_lost or inbox.lease_lost.is_set():
@@ -809,6 +839,10 @@ class Recovery:
             await self.lease.release()
             logs.event(log, "lease_handed_back", swarm=self.swarm, holder=self.lease.holder)
         return passed or handing_back
+
+    def _runtime_changed(self, available: bool) -> None:
+        if available:
+            self._runtime_back.set()
 
     def _check_interrupted(self, inbox: _Inbox) -> None:
         if inbox.interrupted.is_set():

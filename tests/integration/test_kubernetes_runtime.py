@@ -411,7 +411,9 @@ async def test_watch_lists_again_after_410_gone(gone_as_status: bool) -> None:
             async with contextlib.aclosing(rt.watch("example")) as watch:
                 await woken(watch)
                 lists = k8s.calls["list pods"]
-                await started(rt, k8s, spec(swarm="elsewhere"))  # moves the version on
+                await started(rt, k8s, spec(swarm="elsewhere"))
+                # Moves the version past what the Pod watch has seen (it shows no Secret).
+                k8s.create("secrets", {"metadata": {"name": "unrelated"}, "data": {}}, NS)
                 k8s.compact()
                 k8s.drop_watches()
                 await woken(watch, timeout=3.0)

@@ -21,10 +21,13 @@ It serves the core/v1 REST paths the controller uses, for Pods, Secrets and Node
 
 The Python side lets a test play kubelet, scheduler and node: `K8sEmulator.set_pod_status`,
 `bind_pod`, `add_node`, `set_node_ready`, `remove_node`, `finish_deletion` (with
-``hold_deletions``), `compact`, `drop_watches`, `fail_next`, `bulk_create_pods`, and it counts
-calls in `K8sEmulator.calls` (keys such as ``"list pods"``, ``"watch pods"``, ``"patch
-pods/status"``). Fixture: ``k8s_emulator`` (add ``"tests.support.k8s_emulator"`` to
-``pytest_plugins``).
+``hold_deletions``), `compact`, `drop_watches`, `fail_next` (`clear_faults`),
+`bulk_create_pods`, and it counts calls in `K8sEmulator.calls` (keys such as ``"list pods"``,
+``"watch pods"``, ``"patch pods/status"``). To test a watch's consumer, `pause_watches` /
+`resume_watches` hold events back (a slow watch) and `miss_pod_status` changes a Pod that no
+watch is told of (a missed event). `pause_serving` / `resume_serving` take the API server away
+(connections refused) and bring it back on the same port with everything it stored.
+Fixture: ``k8s_emulator`` (add ``"tests.support.k8s_emulator"`` to ``pytest_plugins``).
 """
 
 from __future__ import annotations
@@ -153,11 +156,31 @@ class K8sEmulator:
         )
         self._clients: list[Any] = []
         self._runner: web.AppRunner | None = None
+        self._flowing = asyncio.Event()
+        self._flowing.set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Serve on a free port of 127.0.0.1 and make `api_client` (host = `url`, no auth)."""
+        port = await self._serve(0)
+        self.url = f"http://127.0.0.1:{port}"
+        self.api_client = self.client()
+
+    async def pause_serving(self) -> None:
+        """Stop serving, as an API server that went away: every open connection (watches
+        included) is cut and new ones are refused, until `resume_serving`. The store stays."""
+        self.drop_watches(abrupt=True)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def resume_serving(self) -> None:
+        """Serve again on the same port, with everything stored before `pause_serving`."""
+        if self._runner is None:
+            await self._serve(int(self.url.rsplit(":", 1)[1]))
+
+    async def _serve(self, port: int) -> int:
         app = web.Application(client_max_size=64 * 2**20)
         for prefix in ("/api/v1/namespaces/{namespace}", "/api/v1"):
             app.router.add_route("*", prefix + "/{resource}", self._collection)
@@ -167,13 +190,16 @@ class K8sEmulator:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        # The port again after `pause_serving`, though its connections linger in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
         await web.SockSite(self._runner, sock).start()
-        self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-        self.api_client = self.client()
+        bound: int = sock.getsockname()[1]
+        return bound
 
     async def stop(self) -> None:
         """End every watch, close the clients made here and stop serving."""
+        self._flowing.set()
         self.drop_watches()
         for api_client in self._clients:
             await api_client.close()
@@ -284,11 +310,34 @@ class K8sEmulator:
                 watcher.transport.close()
             watcher.queue.put_nowait(None)
 
+    def pause_watches(self) -> None:
+        """Hold every watch event back (open watches and new ones) until `resume_watches`."""
+        self._flowing.clear()
+
+    def resume_watches(self) -> None:
+        """Send the events `pause_watches` held back, in order, and the next ones at once."""
+        self._flowing.set()
+
+    def miss_pod_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> Any:
+        """Replace a Pod's status as `set_pod_status` does, but tell no watch, now or on a
+        resume (an event a watch missed): only a list shows it."""
+        entry = self._entry("pods", namespace, name)
+        body = {**copy.deepcopy(entry.obj), "status": copy.deepcopy(dict(status))}
+        self._rv += 1
+        body["metadata"]["resourceVersion"] = str(self._rv)
+        raw = json.dumps(body, separators=(",", ":")).encode()
+        self._store["pods"][_key(body)] = _Entry(body, raw)
+        return json.loads(raw)
+
     def fail_next(
         self, call: str, code: int, *, times: int = 1, retry_after: float | None = None
     ) -> None:
         """Answer the next ``times`` calls named ``call`` (a `calls` key) with a Status ``code``."""
         self._faults[call].extend([(code, retry_after)] * times)
+
+    def clear_faults(self, call: str) -> None:
+        """Forget the failures `fail_next` armed for ``call`` and has not answered with yet."""
+        self._faults.pop(call, None)
 
     def bulk_create_pods(self, namespace: str, pods: Iterable[Mapping[str, Any]]) -> int:
         """Store many Pods quickly (no HTTP, status kept as given); returns how many."""
@@ -437,6 +486,7 @@ class K8sEmulator:
         deadline = loop.time() + timeout
         try:
             for line in backlog:
+                await self._flowing.wait()
                 await response.write(line)
             while (remaining := deadline - loop.time()) > 0:
                 try:
@@ -447,6 +497,7 @@ class K8sEmulator:
                     continue
                 if line is None:
                     return response
+                await self._flowing.wait()
                 await response.write(line)
             if bookmarks:
                 mark = {"kind": _KINDS[resource][0], "apiVersion": "v1"}

@@ -5,6 +5,20 @@ turning 10,000 Pods into client model objects costs 7-10 times the parse. With
 ``_preload_content=False`` the client raises nothing for an error status, so `_request` checks
 the status itself and maps every failure onto `runtime.PodsError` (the only place that knows
 Kubernetes error shapes).
+
+One Pod watch and one Node watch per runtime. The first `watch` starts them, client-go reflector
+style: list (the Pod list label-selected to the Pods this controller manages), then watch from
+the list's resourceVersion; list again on 410 Gone and every resync period; watch again after a
+drop, with a backoff. They feed `informing.Informer`, which fans each change out to the watches
+of the swarms it concerns and serves `list_attempts` from its cache once synced, so a pass costs
+no API call. The two watches have a connection pool of their own (see `_inform`): calls never
+wait for a connection a watch holds.
+
+Whether the API answers is a state (`KubernetesRuntime.api_available`, followed with
+`subscribe`): every answer and every failure to get one sets it. While it does not answer, the
+watches wait with a backoff they share and log one JSON line per step
+(``kubernetes_unavailable``, with the API's host:port and the exception's type, never a
+credential), and one line when it answers again (``kubernetes_available``).
 """
 
 from __future__ import annotations
@@ -15,10 +29,13 @@ import contextlib
 import copy
 import dataclasses
 import gc
-import heapq
+import inspect
 import json
 import logging
+import math
 import random
+import time
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -28,14 +45,14 @@ import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
-from services.controller.pods import classifying, runtime, templates
+from services.common import logs
+from services.controller.pods import classifying, informing, runtime, templates
 
 logger = logging.getLogger(__name__)
 
 _TEMPORARY = frozenset({0, 429, 500, 502, 503, 504})
 _CLASSIFY_SLICE = 100  # Pods classified between two yields to the event loop
-_MEMORY = 10_000  # departed and removed attempts remembered (bounded: a pass outlives them)
-_Key = tuple[str, str]
+_MANAGED = f"{runtime.LABEL_MANAGED_BY}={runtime.MANAGED_BY}"
 _T = TypeVar("_T")
 _U = TypeVar("_U")
 
@@ -54,6 +71,7 @@ class KubernetesRuntime:
         check_nodes: bool = True,
         request_timeout: float = 60.0,
         watch_timeout: int = 300,
+        resync_period: float = 300.0,
     ) -> None:
         """Build the runtime; it borrows the client and never closes it.
 
@@ -69,7 +87,10 @@ class KubernetesRuntime:
                 (needs list/watch on nodes, a cluster-scoped permission).
             request_timeout: Seconds for one ordinary API call.
             watch_timeout: Seconds the API server keeps one watch open before we renew it.
+            resync_period: Seconds between two lists of the shared watches (a backstop: a
+                watch that works misses nothing).
         """
+        self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
         self._namespace = namespace
         self._template = copy.deepcopy(dict(pod_template))
@@ -78,56 +99,52 @@ class KubernetesRuntime:
         self._check_nodes = check_nodes
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         self._watch_timeout = watch_timeout
+        self._resync_period = resync_period
         # Final states of Pods the cluster deleted under us (an eviction, the Pod GC), seen on the
         # watch: once deleted they no longer list, and the reason would be lost.
-        self._departed: collections.OrderedDict[_Key, classifying.Pod] = collections.OrderedDict()
-        self._removed: collections.OrderedDict[_Key, None] = collections.OrderedDict()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._wakes: set[_Wake] = set()
+        self._departed: collections.OrderedDict[informing.Key, classifying.Pod] = (
+            collections.OrderedDict()
+        )
+        self._removed: collections.OrderedDict[informing.Key, None] = collections.OrderedDict()
+        self._informer: informing.Informer | None = None
+        self._watch_client: client.ApiClient | None = None
+        self._reflectors: list[asyncio.Task[None]] = []
+        self._health = _Health(_address(api_client.configuration.host))
+        self._closed = False
+
+    @property
+    def api_available(self) -> bool | None:
+        """True while the Kubernetes API answers, False while it does not (unreachable, or a
+        temporary error status), None before the first call or watch."""
+        return self._health.state
+
+    def subscribe(self, subscriber: runtime.AvailabilitySubscriber) -> None:
+        """Call `subscriber` with `api_available` on each change, in order (a coroutine
+        function is awaited). Not called with the state now."""
+        self._health.subscribers.append(subscriber)
 
     async def list_attempts(self, swarm: str) -> list[runtime.Attempt]:
         """Every worker Pod of the swarm, classified (see `runtime.PodRuntime`).
 
-        Pods this runtime removed are left out even while a finalizer keeps them (a controller
-        restarted since sees them again, Terminating); Pods the cluster deleted under a running
-        watch are kept, with the reason their final state shows.
+        Read from the shared watches' cache while they run and are synced (waiting for a list
+        under way), with no API call; otherwise (no watch yet, or a watch broken) listed from
+        the API server, whose errors the caller sees. Pods this runtime removed are left out
+        even while a finalizer keeps them (a controller restarted since sees them again,
+        Terminating); Pods the cluster deleted under a running watch are kept, with the reason
+        their final state shows.
         """
-        pods_call = self._request(
-            "list pods",
-            self._core.list_namespaced_pod,
-            self._namespace,
-            label_selector=_selector(swarm),
-        )
-        nodes_body: bytes | None = None
-        if self._check_nodes:
-            (_, pods_body), (_, nodes_body) = await _both(
-                pods_call, self._request("list nodes", self._core.list_node)
-            )
+        informer = self._informer
+        if informer is not None and await informer.ready():
+            attempts = await self._classify(swarm, informer.pods_of(swarm), informer.node_map())
         else:
-            _, pods_body = await pods_call
-        now = datetime.now(UTC)
-        attempts = []
-        with _collector_paused():
-            nodes: dict[str, classifying.Node] | None = None
-            if nodes_body is not None:
-                nodes = {n["metadata"]["name"]: n for n in orjson.loads(nodes_body)["items"]}
-            items = orjson.loads(pods_body)["items"]
-            del pods_body
-            for start in range(0, len(items), _CLASSIFY_SLICE):
-                # Other tasks (a recovery from the watch, an API call) get the loop between
-                # slices: a large list is not one long stall.
-                await asyncio.sleep(0)
-                for pod in items[start : start + _CLASSIFY_SLICE]:
-                    attempt = _attempt(pod, nodes, now)
-                    # A removed attempt whose Pod a finalizer keeps Terminating is removed all
-                    # the same.
-                    if attempt is not None and (swarm, attempt.execution_id) not in self._removed:
-                        attempts.append(attempt)
-            del items, nodes  # the parsed objects go while the collector is paused (see there)
+            attempts = await self._list(swarm)
         listed = {a.execution_id for a in attempts}
+        now = datetime.now(UTC)
         for (owner, execution), pod in list(self._departed.items()):
             attempt = (
-                _attempt(pod, None, now) if owner == swarm and execution not in listed else None
+                informing.attempt_of(pod, None, now)
+                if owner == swarm and execution not in listed
+                else None
             )
             if attempt is not None:
                 # Deleted with neither a Succeeded phase nor a recorded cause: it did not finish,
@@ -143,6 +160,51 @@ class KubernetesRuntime:
                 )
         return attempts
 
+    async def _list(self, swarm: str) -> list[runtime.Attempt]:
+        """The swarm's attempts as the API server lists them now."""
+        pods_call = self._request(
+            "list pods",
+            self._core.list_namespaced_pod,
+            self._namespace,
+            label_selector=_selector(swarm),
+        )
+        nodes_body: bytes | None = None
+        if self._check_nodes:
+            (_, pods_body), (_, nodes_body) = await _both(
+                pods_call, self._request("list nodes", self._core.list_node)
+            )
+        else:
+            _, pods_body = await pods_call
+        with _collector_paused():
+            nodes: dict[str, classifying.Node] | None = None
+            if nodes_body is not None:
+                nodes = {n["metadata"]["name"]: n for n in orjson.loads(nodes_body)["items"]}
+            items = orjson.loads(pods_body)["items"]
+            del pods_body
+            attempts = await self._classify(swarm, items, nodes)
+            del items, nodes  # the parsed objects go while the collector is paused (see there)
+        return attempts
+
+    async def _classify(
+        self,
+        swarm: str,
+        pods: list[classifying.Pod],
+        nodes: Mapping[str, classifying.Node] | None,
+    ) -> list[runtime.Attempt]:
+        now = datetime.now(UTC)
+        attempts = []
+        for start in range(0, len(pods), _CLASSIFY_SLICE):
+            # Other tasks (a recovery from the watch, an API call) get the loop between
+            # slices: a large list is not one long stall.
+            await asyncio.sleep(0)
+            for pod in pods[start : start + _CLASSIFY_SLICE]:
+                attempt = informing.attempt_of(pod, nodes, now)
+                # A removed attempt whose Pod a finalizer keeps Terminating is removed all the
+                # same.
+                if attempt is not None and (swarm, attempt.execution_id) not in self._removed:
+                    attempts.append(attempt)
+        return attempts
+
     async def watch(self, swarm: str) -> AsyncIterator[runtime.Change]:
         """Wake on any change of a worker's failure or liveness, or of its node's readiness.
 
@@ -150,29 +212,25 @@ class KubernetesRuntime:
         that status; everything else (a worker deleted from under us or finished, a node going
         NotReady, an image pull's grace ending, a failure only a Node can prove) asks for a full
         pass. A new healthy Pod (the replacement the controller just created) wakes nothing.
+        Every swarm's watch is fed by the runtime's one Pod watch and one Node watch; after
+        `aclose` a watch ends at once.
         """
-        wake = _Wake({"pods", "nodes"} if self._check_nodes else {"pods"})
-        pod_nodes: dict[str, str] = {}
-        followers = [asyncio.create_task(self._follow_pods(swarm, wake, pod_nodes))]
-        if self._check_nodes:
-            followers.append(asyncio.create_task(self._follow_nodes(wake, pod_nodes)))
-        self._tasks.update(followers)
-        self._wakes.add(wake)
+        if self._closed:
+            return
+        informer = self._inform()
+        wake = informer.subscribe(swarm)
         try:
             while (change := await wake.wait()) is not None:
                 yield change
         finally:
-            self._wakes.discard(wake)
-            for follower in followers:
-                follower.cancel()
-            await asyncio.gather(*followers, return_exceptions=True)
-            self._tasks.difference_update(followers)
+            informer.unsubscribe(swarm, wake)
 
     async def launch(self, spec: runtime.LaunchSpec) -> None:
         """Create the attempt's Pod (sidecar injected), then its credential Secret owned by it.
 
         The Pod goes first so the Secret can name it as owner (the cluster then deletes the
-        Secret with the Pod, whoever deletes that); the kubelet waits for a missing Secret.
+        Secret with the Pod, whoever deletes that); the kubelet waits for a missing Secret. The
+        created Pod is listed from then on, even before the shared watch shows it.
         """
         if (spec.swarm, spec.execution_id) in self._removed:
             return  # removed is final: a removed attempt is never created again
@@ -199,6 +257,8 @@ class KubernetesRuntime:
                 "read pod", self._core.read_namespaced_pod, name, self._namespace
             )
         existing = orjson.loads(body)
+        if status < 300 and self._informer is not None:
+            self._informer.launched(existing, time.monotonic())
         labels = existing["metadata"].get("labels") or {}
         if (labels.get(runtime.LABEL_SWARM), labels.get(runtime.LABEL_EXECUTION)) != (
             spec.swarm,
@@ -233,7 +293,7 @@ class KubernetesRuntime:
     async def remove(self, swarm: str, execution_id: str) -> None:
         """Delete the attempt's Pod (no grace: the fence already took its authority) and Secret."""
         key = (swarm, execution_id)
-        _remember(self._removed, key, None)
+        informing.remember(self._removed, key, None)
         self._departed.pop(key, None)
         options = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
         await _both(
@@ -257,135 +317,128 @@ class KubernetesRuntime:
         )
 
     async def aclose(self) -> None:
-        """End every watch of this runtime and stop their followers."""
-        for wake in list(self._wakes):
-            wake.close()
-        tasks = list(self._tasks)
+        """End every watch of this runtime, stop the shared watches and close their pool."""
+        self._closed = True
+        informer, self._informer = self._informer, None
+        if informer is not None:
+            informer.close()
+        tasks, self._reflectors = self._reflectors, []
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._tasks.clear()
+        watch_client, self._watch_client = self._watch_client, None
+        if watch_client is not None:
+            await watch_client.close()
+        await self._health.aclose()
 
-    async def _follow_pods(self, swarm: str, wake: _Wake, pod_nodes: dict[str, str]) -> None:
-        seen: dict[str, tuple[classifying.FailureReason | None, bool]] = {}
-        deadlines: dict[str, datetime] = {}
-
-        def note(kind: str, pod: classifying.Pod, announce: bool) -> None:
-            name = pod["metadata"]["name"]
-            if kind == "DELETED":
-                seen.pop(name, None)
-                pod_nodes.pop(name, None)
-                deadlines.pop(name, None)
-                key = _key(pod)
-                if key is None or key not in self._removed:
-                    if key is not None:
-                        _remember(self._departed, key, pod)
-                    # A Pod this runtime removed leaves nothing for a pass to do.
-                    wake.relist()
-                return
-            now = datetime.now(UTC)
-            failure = classifying.classify(pod, None, now)
-            terminal = classifying.is_terminal(pod)
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node and not terminal:
-                pod_nodes[name] = node
-            else:
-                pod_nodes.pop(name, None)
-            before = seen.get(name, _HEALTHY)
-            seen[name] = (failure, terminal)
-            if announce and before != (failure, terminal):
-                if failure is None or failure is classifying.FailureReason.IMAGE_PULL:
-                    # Finished, recovered or stuck pulling (its node may yet say node_lost).
-                    wake.relist()
-                elif failure != before[0] and (attempt := _attempt(pod, None, now)) is not None:
-                    # The worker's own status proves it: no Node can change this reason.
-                    wake.failed(attempt)
-            deadline = classifying.image_pull_deadline(pod) if failure is None else None
-            if deadline is not None and deadlines.get(name) != deadline:
-                # Nothing about the Pod may change when its grace runs out: wake then anyway.
-                deadlines[name] = deadline
-                wake.at(deadline)
-
-        def listed(items: list[classifying.Pod]) -> None:
-            seen.clear()
-            pod_nodes.clear()
-            for pod in items:
-                note("ADDED", pod, announce=False)
-            wake.started("pods")
-            wake.relist()  # whatever happened while nobody watched, the pass now reads it
-
-        await self._follow(
-            "pods",
-            wake,
-            self._core.list_namespaced_pod,
-            (self._namespace,),
-            {"label_selector": _selector(swarm)},
-            listed,
-            lambda k, p: note(k, p, True),
+    def _inform(self) -> informing.Informer:
+        """The shared watches, started on first use."""
+        if self._informer is not None:
+            return self._informer
+        informer = informing.Informer(
+            check_nodes=self._check_nodes, removed=self._removed, departed=self._departed
         )
-
-    async def _follow_nodes(self, wake: _Wake, pod_nodes: dict[str, str]) -> None:
-        ready: dict[str, bool] = {}
-
-        def listed(items: list[classifying.Node]) -> None:
-            before = dict(ready)
-            ready.clear()
-            ready.update({n["metadata"]["name"]: classifying.node_ready(n) for n in items})
-            wake.started("nodes")
-            if before and any(ready.get(n) != r for n, r in before.items()):
-                wake.relist()
-
-        def note(kind: str, node: classifying.Node) -> None:
-            name = node["metadata"]["name"]
-            now_ready = kind != "DELETED" and classifying.node_ready(node)
-            if kind == "DELETED":
-                ready.pop(name, None)
-            elif ready.get(name) == now_ready:
-                return
-            else:
-                ready[name] = now_ready
-            if name in pod_nodes.values():
-                wake.relist()
-
-        await self._follow("nodes", wake, self._core.list_node, (), {}, listed, note)
+        # A pool of its own, one connection per watch: a watch holds its connection for
+        # minutes, and in the calls' pool it would leave that many fewer for the calls.
+        configuration = copy.deepcopy(self._api_client.configuration)
+        configuration.connection_pool_maxsize = 2 if self._check_nodes else 1
+        self._watch_client = client.ApiClient(configuration)
+        followers = [
+            self._follow(
+                informing.PODS,
+                informer.pod_feed,
+                self._core.list_namespaced_pod,
+                self._namespace,
+                label_selector=_MANAGED,
+            )
+        ]
+        if informer.node_feed is not None:
+            followers.append(
+                self._follow(informing.NODES, informer.node_feed, self._core.list_node)
+            )
+        self._reflectors = [
+            asyncio.create_task(follower, name=f"kubernetes-watch-{what}")
+            for what, follower in zip((informing.PODS, informing.NODES), followers, strict=False)
+        ]
+        self._informer = informer
+        return informer
 
     async def _follow(
         self,
         what: str,
-        wake: _Wake,
-        method: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        listed: Callable[[list[Any]], None],
-        note: Callable[[str, Any], None],
+        feed: informing.Feed,
+        list_method: Callable[..., Awaitable[Any]],
+        *args: Any,
+        **kwargs: Any,
     ) -> None:
-        """List, then watch from the list's resourceVersion; re-list when it is Gone (410)."""
+        """List, then watch from the list's resourceVersion; list again when it is Gone (410)
+        and every resync period; watch again after a drop, after a backoff (shared by both
+        watches while the API does not answer). The watch is the same API method on the
+        watches' own client."""
+        assert self._watch_client is not None
+        watching = type(self._core)(self._watch_client)  # the same API, on the watches' pool
+        watch_method = getattr(watching, list_method.__name__)
+        sync = feed.sync
+        loop = asyncio.get_running_loop()
         cursor = _Cursor()
         backoff = _Backoff()
+        resync_at = loop.time()
         while True:
             try:
-                if cursor.version is None:
-                    _, body = await self._request(f"list {what}", method, *args, **kwargs)
+                if cursor.version is None or loop.time() >= resync_at:
+                    began = time.monotonic()
+                    _, body = await self._request(f"list {what}", list_method, *args, **kwargs)
                     with _collector_paused():
                         data = orjson.loads(body)
-                        listed(data["items"])
-                        cursor.version = data["metadata"]["resourceVersion"]
+                        del body
+                        version = data["metadata"]["resourceVersion"]
+                        # Fresh unless the watch ran unbroken up to this list (a resync).
+                        feed.listed(data["items"], cursor.version is None, began)
                         del data
-                await self._stream(what, method, args, kwargs, cursor, note)
+                    cursor.version = version
+                    sync.listed()
+                    resync_at = loop.time() + self._resync_period
+                await self._stream(
+                    what, watch_method, args, kwargs, cursor, feed, resync_at - loop.time()
+                )
                 backoff.reset()
             except _Gone:
                 logger.info("watch of %s expired; listing again", what)
                 cursor.version = None
+                sync.relisting()
+            except _Dropped as exc:
+                # Cut mid-stream: nothing says the API is down (the next connect will tell).
+                logger.info("watch of %s dropped (%s); watching again", what, exc)
+                sync.broken()
+                await backoff.sleep()
             except runtime.PodsUnavailable as exc:
-                logger.warning("watch of %s interrupted: %s", what, exc)
-                await backoff.sleep(exc.retry_after)
-            except runtime.PodsRefused as exc:
-                wake.fail(exc)
-                return
-            except (ValueError, KeyError, TypeError) as exc:
-                # A body that is not the JSON Kubernetes sends: say so rather than hang.
-                wake.fail(runtime.PodsRefused(f"watch {what}: malformed response ({exc!r:.80})"))
-                return
+                sync.broken()
+                await self._health.step(what, exc)
+            except (runtime.PodsRefused, ValueError, KeyError, TypeError) as exc:
+                # Refused, or a body that is not the JSON Kubernetes sends: every subscriber's
+                # watch says so rather than hang, and this one lists again after a backoff.
+                error = (
+                    exc
+                    if isinstance(exc, runtime.PodsRefused)
+                    else runtime.PodsRefused(f"watch {what}: malformed response ({exc!r:.80})")
+                )
+                logger.warning("watch of %s refused: %s", what, error)
+                cursor.version = None
+                sync.broken()
+                feed.fail(error)
+                await backoff.sleep()
+            except Exception as exc:
+                # A surprise (a bug): the cache is not trusted until a list succeeds again.
+                logs.event(
+                    logger,
+                    "kubernetes_watch_failed",
+                    logging.ERROR,
+                    watch=what,
+                    exception=type(exc).__name__,
+                )
+                cursor.version = None
+                sync.broken()
+                await backoff.sleep()
 
     async def _stream(
         self,
@@ -394,9 +447,12 @@ class KubernetesRuntime:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         cursor: _Cursor,
-        note: Callable[[str, Any], None],
+        feed: informing.Feed,
+        seconds: float,
     ) -> None:
-        """Read one watch until the server ends it, moving the cursor past each event."""
+        """Read one watch until the server ends it (at most `seconds` on), moving the cursor
+        past each event."""
+        timeout = max(1, min(self._watch_timeout, math.ceil(seconds)))
         try:
             response = await method(
                 *args,
@@ -404,35 +460,44 @@ class KubernetesRuntime:
                 watch=True,
                 resource_version=cursor.version,
                 allow_watch_bookmarks=True,
-                timeout_seconds=self._watch_timeout,
+                timeout_seconds=timeout,
                 _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(
-                    sock_connect=30, sock_read=self._watch_timeout + 30
-                ),
+                _request_timeout=aiohttp.ClientTimeout(sock_connect=30, sock_read=timeout + 30),
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._health.lost()
             raise _unreachable(f"watch {what}", exc) from exc
+        self._heard(response.status)
+        # A backstop for a server that keeps a busy watch open past its timeoutSeconds: the
+        # resync is due then.
+        backstop = asyncio.timeout(timeout + 30)
         try:
             if response.status == 410:
                 raise _Gone
             if response.status >= 300:
                 raise _error(f"watch {what}", response.status, await response.read(), response)
-            while line := await response.content.readline():
-                if not line.strip():
-                    continue  # a keep-alive newline, not an event
-                event = orjson.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    if obj.get("code") == 410:
-                        raise _Gone
-                    raise _error(f"watch {what}", int(obj.get("code") or 0), json.dumps(obj), None)
-                if kind != "BOOKMARK":
-                    note(kind, obj)
-                cursor.version = (obj.get("metadata") or {}).get(
-                    "resourceVersion"
-                ) or cursor.version
+            feed.sync.opened()
+            async with backstop:
+                while line := await response.content.readline():
+                    if not line.strip():
+                        continue  # a keep-alive newline, not an event
+                    event = orjson.loads(line)
+                    kind, obj = event.get("type"), event.get("object") or {}
+                    if kind == "ERROR":
+                        if obj.get("code") == 410:
+                            raise _Gone
+                        raise _error(
+                            f"watch {what}", int(obj.get("code") or 0), json.dumps(obj), None
+                        )
+                    if kind != "BOOKMARK":
+                        feed.note(kind, obj)
+                    cursor.version = (obj.get("metadata") or {}).get(
+                        "resourceVersion"
+                    ) or cursor.version
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise _unreachable(f"watch {what}", exc) from exc
+            if backstop.expired():
+                return
+            raise _Dropped(type(exc).__name__) from exc
         finally:
             response.close()
 
@@ -459,17 +524,31 @@ class KubernetesRuntime:
             finally:
                 response.release()
         except exceptions.ApiException as exc:
+            self._heard(exc.status or 0)
             raise _error(what, exc.status or 0, b"" if quiet else exc.body, None) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._health.lost()
             raise _unreachable(what, exc) from exc
         status = int(response.status)
+        self._heard(status)
         if status >= 300 and status not in tolerate:
             raise _error(what, status, b"" if quiet else body, response)
         return status, body
 
+    def _heard(self, status: int) -> None:
+        """What one answer says of the API: a temporary error status is as good as none."""
+        if status in _TEMPORARY:
+            self._health.lost()
+        else:
+            self._health.answered()
+
 
 class _Gone(Exception):
     """The watch's resourceVersion is too old (410): list again."""
+
+
+class _Dropped(Exception):
+    """An open watch was cut mid-stream (the connection, not an answer): watch again."""
 
 
 class _Cursor:
@@ -479,97 +558,114 @@ class _Cursor:
         self.version: str | None = None
 
 
-_HEALTHY: tuple[classifying.FailureReason | None, bool] = (None, False)
-"""What the Pod watch assumes of a Pod it has not seen: no failure, not terminal."""
-
-
-class _Wake:
-    """Coalesced wakes for one watch consumer, with timed wakes and a follower's fatal error.
-
-    No wake is given before every follower has listed once: a change in between would be in
-    neither the pass the first wake starts nor any event.
-    """
-
-    def __init__(self, followers: set[str]) -> None:
-        self._unlisted = set(followers)
-        self._event = asyncio.Event()
-        self._poke = asyncio.Event()
-        self._deadlines: list[datetime] = []
-        self._error: runtime.PodsError | None = None
-        self._closed = False
-        self._failed: dict[str, runtime.Attempt] = {}
-        self._relist = False
-
-    def relist(self) -> None:
-        self._relist = True
-        self._set()
-
-    def failed(self, attempt: runtime.Attempt) -> None:
-        self._failed[attempt.execution_id] = attempt
-        self._set()
-
-    def _set(self) -> None:
-        self._event.set()
-        self._poke.set()
-
-    def _take(self) -> runtime.Change:
-        change = runtime.Change(tuple(self._failed.values()), self._relist)
-        self._failed, self._relist = {}, False
-        return change
-
-    def started(self, follower: str) -> None:
-        self._unlisted.discard(follower)
-        self._poke.set()
-
-    def at(self, when: datetime) -> None:
-        heapq.heappush(self._deadlines, when)
-        self._poke.set()
-
-    def fail(self, error: runtime.PodsError) -> None:
-        self._error = error
-        self._set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._set()
-
-    async def wait(self) -> runtime.Change | None:
-        """Wait for the next wake; None once the watch is closed."""
-        while True:
-            if self._error is not None:
-                raise self._error
-            if self._closed:
-                return None
-            if self._unlisted:
-                self._poke.clear()
-                await self._poke.wait()
-                continue
-            if self._event.is_set():
-                self._event.clear()
-                return self._take()
-            now = datetime.now(UTC)
-            if self._deadlines and self._deadlines[0] <= now:
-                while self._deadlines and self._deadlines[0] <= now:
-                    heapq.heappop(self._deadlines)
-                self._relist = True
-                return self._take()
-            timeout = (self._deadlines[0] - now).total_seconds() if self._deadlines else None
-            self._poke.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), timeout)
-
-
 class _Backoff:
+    """Jittered waits from 0.2 s, doubling up to 10 s (many controllers do not retry in step)."""
+
     def __init__(self) -> None:
         self._delay = 0.2
 
     def reset(self) -> None:
         self._delay = 0.2
 
-    async def sleep(self, hint: float | None = None) -> None:
-        delay = hint if hint is not None else self._delay * random.uniform(0.5, 1.5)
+    def next(self) -> float:
+        delay = round(self._delay * random.uniform(0.5, 1.5), 3)
         self._delay = min(self._delay * 2, 10.0)
+        return delay
+
+    async def sleep(self) -> None:
+        await asyncio.sleep(self.next())
+
+
+class _Health:
+    """Whether the Kubernetes API answers, as the runtime's calls and watches find it.
+
+    Subscribers are told each change by one task at a time, in order, and always end with
+    the state now. While the API does not answer, the watches take backoff steps together: a
+    watch that fails during another's step waits for its end, unlogged, so each step is one
+    log line.
+    """
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.state: bool | None = None
+        self.subscribers: list[runtime.AvailabilitySubscriber] = []
+        self._told: bool | None = None
+        self._telling: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        self._backoff = _Backoff()
+        self._attempt = 0
+        self._since = 0.0
+        self._step_ends = 0.0
+
+    def answered(self) -> None:
+        if self.state is True:
+            return
+        after: dict[str, Any] = {}
+        if self._attempt:
+            after = {
+                "attempts": self._attempt,
+                "unavailable_s": round(time.monotonic() - self._since, 1),
+            }
+        self._attempt, self._step_ends = 0, 0.0
+        self._backoff.reset()
+        logs.event(logger, "kubernetes_available", address=self.address, **after)
+        self._set(True)
+
+    def lost(self) -> None:
+        if self.state is not False:
+            self._since = time.monotonic()
+            self._set(False)
+
+    async def step(self, watch: str, error: runtime.PodsUnavailable) -> None:
+        """One backoff step after the `watch` (its list or its watch) found the API
+        unavailable (`error`)."""
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._step_ends:
+            await asyncio.sleep(self._step_ends - loop.time())
+            return
+        self.lost()
+        self._attempt += 1
+        delay = error.retry_after if error.retry_after is not None else self._backoff.next()
+        self._step_ends = loop.time() + delay
+        logs.event(
+            logger,
+            "kubernetes_unavailable",
+            logging.WARNING,
+            address=self.address,
+            watch=watch,
+            attempt=self._attempt,
+            retry_in_s=delay,
+            exception=type(error.__cause__ or error).__name__,
+            **({"code": error.code} if error.code else {}),
+        )
         await asyncio.sleep(delay)
+
+    def _set(self, state: bool) -> None:
+        self.state = state
+        task = asyncio.get_running_loop().create_task(self._tell(), name="kubernetes-health")
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
+
+    async def _tell(self) -> None:
+        async with self._lock:
+            while self.state is not None and self._told is not self.state:
+                state = self._told = self.state
+                for subscriber in list(self.subscribers):
+                    try:
+                        result = subscriber(state)
+                        if inspect.isawaitable(result):
+                            await result
+                    except Exception as exc:
+                        logs.event(
+                            logger,
+                            "kubernetes_subscriber_failed",
+                            logging.ERROR,
+                            exception=type(exc).__name__,
+                        )
+
+    async def aclose(self) -> None:
+        """Let the subscribers hear the last change."""
+        await asyncio.gather(*self._telling, return_exceptions=True)
 
 
 async def _both(first: Awaitable[_T], second: Awaitable[_U]) -> tuple[_T, _U]:
@@ -608,40 +704,15 @@ def _selector(swarm: str) -> str:
     return f"{runtime.LABEL_MANAGED_BY}={runtime.MANAGED_BY},{runtime.LABEL_SWARM}={swarm}"
 
 
-def _key(pod: classifying.Pod) -> _Key | None:
-    labels = pod.get("metadata", {}).get("labels") or {}
-    swarm, execution = labels.get(runtime.LABEL_SWARM), labels.get(runtime.LABEL_EXECUTION)
-    return (swarm, execution) if swarm and execution else None
-
-
-def _attempt(
-    pod: classifying.Pod, nodes: Mapping[str, classifying.Node] | None, now: datetime
-) -> runtime.Attempt | None:
-    labels = pod.get("metadata", {}).get("labels") or {}
+def _address(host: str) -> str:
+    """The API's host:port from the client's URL (nothing else of it: no credential)."""
+    parts = urllib.parse.urlsplit(host)
     try:
-        return runtime.Attempt(
-            swarm=labels[runtime.LABEL_SWARM],
-            seat=labels[runtime.LABEL_SEAT],
-            execution_id=labels[runtime.LABEL_EXECUTION],
-            generation=int(labels[runtime.LABEL_GENERATION]),
-            failure=classifying.classify(pod, nodes, now),
-            alive=not classifying.is_terminal(pod),
-        )
-    except (KeyError, ValueError):
-        # Not one of ours after all (someone copied the managed-by label): not an attempt.
-        logger.warning("ignoring Pod %s: its attempt labels are incomplete", _name(pod))
-        return None
-
-
-def _name(pod: classifying.Pod) -> str:
-    return pod.get("metadata", {}).get("name", "?")
-
-
-def _remember(memory: collections.OrderedDict[_Key, Any], key: _Key, value: Any) -> None:
-    memory[key] = value
-    memory.move_to_end(key)
-    while len(memory) > _MEMORY:
-        memory.popitem(last=False)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = 0
+    name = parts.hostname or "?"
+    return f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
 
 
 def _unreachable(what: str, exc: BaseException) -> runtime.PodsUnavailable:

@@ -17,8 +17,8 @@ asked to launch an attempt it removed need not start it (LocalRuntime does not).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Protocol, runtime_checkable
 
 from services.controller.pods import classifying
 
@@ -171,6 +171,24 @@ class PodRuntime(Protocol):
 
     async def aclose(self) -> None:
         """Stop background work. Workers keep running: a restarted controller re-finds them."""
+        ...
+
+
+AvailabilitySubscriber = Callable[[bool], Awaitable[None]] | Callable[[bool], None]
+"""Told True when a runtime's backend answers again, False when it stops answering."""
+
+
+@runtime_checkable
+class Reachable(Protocol):
+    """A runtime whose backend can be down (the Kubernetes API): it says whether it answers."""
+
+    @property
+    def api_available(self) -> bool | None:
+        """True while the backend answers, False while it does not, None before any call."""
+        ...
+
+    def subscribe(self, subscriber: AvailabilitySubscriber) -> None:
+        """Call `subscriber` on every change of `api_available` (not with the state now)."""
         ...
 
 
