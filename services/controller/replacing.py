@@ -35,7 +35,8 @@ class CheckpointSource(Protocol):
         self, scope: records.AttemptScope, compatibility_key: str
     ) -> Sequence[deciding.Checkpoint]:
         """The attempt's complete, verified checkpoints captured under `compatibility_key`,
-        newest first."""
+        newest first. Deciding reads no further than the first one that holds a conversation
+        record (`deciding.usable`), so a source may list just that one."""
         ...
 
 
@@ -52,6 +53,10 @@ class NoCheckpoints:
 class BackendCheckpoints:
     """Checkpoints listed from a storage backend, verified object by object.
 
+    Only the checkpoint a decision would pick is verified: the newest usable one (holding a
+    conversation record) that passes, found by `validation.newest_verified`. Listed alone, it
+    leads `deciding` to the same offer and directive as the whole verified list would.
+
     Args:
         backend: The configured backend (`checkpoints.backends.open_backend`).
     """
@@ -65,9 +70,13 @@ class BackendCheckpoints:
         store = self._backend.scoped(
             storing.StoreScope(scope.swarm, scope.task_id, scope.task_generation)
         )
-        return await validation.list_checkpoints(
-            store, compatibility_key, scope.execution_generation, verified_only=True
+        found = await validation.newest_verified(
+            store,
+            compatibility_key,
+            scope.execution_generation,
+            lambda summary: deciding.holds_conversation(summary.watermark),
         )
+        return [] if found is None else [found]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,11 +283,18 @@ async def release_authority(
     revoke = authority_releases(ctx, held)
     at = ctx.writer.now()
     if await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo}, at=at) == "released":
-        # Recorded as sent: no read back. (A kind another caller, a decision call, recorded
-        # meanwhile would show our time in this copy only, not in Redis.)
-        done = tuple(records.Release(kind, at, ctx.writer.lease.epoch or 0) for kind in todo)
-        return dataclasses.replace(fence, releases=fence.releases + done)
+        return _recorded(ctx, fence, todo, at)
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
+
+
+def _recorded(
+    ctx: Context, fence: records.Fence, kinds: Sequence[records.ReleaseKind], at: str
+) -> records.Fence:
+    """The fence with `kinds` recorded as released at `at`, as the release script just wrote
+    them: no read back. (A kind another caller, a decision call, recorded meanwhile would show
+    our time in this copy only, not in Redis.)"""
+    done = tuple(records.Release(kind, at, ctx.writer.lease.epoch or 0) for kind in kinds)
+    return dataclasses.replace(fence, releases=fence.releases + done)
 
 
 def authority_releases(
@@ -329,7 +345,9 @@ async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
             exception=type(exc).__name__,
         )
         return fence
-    await ctx.writer.release(eid, {records.ReleaseKind.POD: ()})
+    at = ctx.writer.now()
+    if await ctx.writer.release(eid, {records.ReleaseKind.POD: ()}, at=at) == "released":
+        return _recorded(ctx, fence, [records.ReleaseKind.POD], at)
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 

@@ -201,8 +201,25 @@ class Summary:
         try:
             created = datetime.datetime.fromisoformat(self.created_at)
         except ValueError:
-            created = datetime.datetime.min.replace(tzinfo=datetime.UTC)
+            created = datetime.datetime.min
+        if created.tzinfo is None:
+            # Without an offset it reads as UTC, so any two created_at values compare.
+            created = created.replace(tzinfo=datetime.UTC)
         return self.sequence, created
+
+
+def provisional_summary(record: Mapping[str, Any]) -> Summary | None:
+    """The summary a record would have if it passed its checks, read without checking it
+    (for ordering and filtering before the one chosen is checked); None when the fields a
+    summary reads are missing or of the wrong type, which the schema refuses anyway."""
+    try:
+        summary = Summary.from_record(record)
+        summary.newness()
+    except (KeyError, TypeError, AttributeError, ValueError):
+        return None
+    if type(summary.sequence) is not int or not isinstance(summary.compatibility_key, str):
+        return None
+    return summary
 
 
 # Builders for writers and tests: they describe captured material, new_record lays it out.

@@ -99,16 +99,22 @@ class Validator:
             return None
         return records.Summary.from_record(record)
 
-    async def _record(self, expectation: Expectation) -> Mapping[str, Any]:
+    async def verify_manifest(self, expectation: Expectation, data: bytes) -> Verdict:
+        """`verify` of a manifest the caller has already read (its bytes): the same checks in
+        the same order, without reading the manifest again."""
         try:
-            data = await self._store.get_manifest(expectation.checkpoint_id)
-        except storing.InvalidName:
-            # No manifest can exist under a name the store refuses.
-            raise _Refusal(reasons.Reason.MANIFEST_ABSENT) from None
-        except (storing.ObjectTooLarge, storing.UnsafePath):
-            raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
-        if data is None:
-            raise _Refusal(reasons.Reason.MANIFEST_ABSENT)
+            record = self._checked(expectation, data)
+            await self._check_objects(record)
+        except _Refusal as refusal:
+            return Verdict.refused(refusal.reason)
+        return Verdict.passed()
+
+    async def _record(self, expectation: Expectation) -> Mapping[str, Any]:
+        return self._checked(expectation, await _manifest(self._store, expectation.checkpoint_id))
+
+    def _checked(self, expectation: Expectation, data: bytes) -> Mapping[str, Any]:
+        """The record of a manifest's bytes once every record check passed (hash, schema,
+        then `_check_record`)."""
         try:
             record, claimed = records.decode_manifest(data)
             matches = records.record_sha256(record) == claimed
@@ -189,6 +195,20 @@ class Validator:
         return results
 
 
+async def _manifest(store: storing.ArtifactStore, checkpoint_id: str) -> bytes:
+    """A checkpoint's manifest bytes; refused as absent or corrupt as `Validator.verify` does."""
+    try:
+        data = await store.get_manifest(checkpoint_id)
+    except storing.InvalidName:
+        # No manifest can exist under a name the store refuses.
+        raise _Refusal(reasons.Reason.MANIFEST_ABSENT) from None
+    except (storing.ObjectTooLarge, storing.UnsafePath):
+        raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
+    if data is None:
+        raise _Refusal(reasons.Reason.MANIFEST_ABSENT)
+    return data
+
+
 def _check_record(
     record: Mapping[str, Any], scope: storing.StoreScope, expectation: Expectation
 ) -> None:
@@ -265,3 +285,56 @@ async def list_checkpoints(
         if (await validator.verify(expectation)).ok:
             verified.append(summary)
     return verified
+
+
+async def newest_verified(
+    store: storing.ArtifactStore,
+    compatibility_key: str,
+    execution_generation: int,
+    wanted: Callable[[records.Summary], bool] = lambda summary: True,
+    *,
+    concurrency: int = 8,
+) -> records.Summary | None:
+    """The newest checkpoint `list_checkpoints(..., verified_only=True)` lists that is also
+    `wanted`, found without checking every record: the same answer, at the cost of one
+    verification when the newest candidate passes.
+
+    Every manifest is read and parsed (nothing else says which is newest), and ordered as
+    `list_checkpoints` orders what passes; records of another compatibility key, or not
+    `wanted`, are passed over on what they claim. Then, newest first, each candidate is
+    verified like `Validator.verify` (manifest hash, schema, record checks, objects) until one
+    passes. A candidate that fails is passed over as `list_checkpoints` leaves it out, so a
+    corrupt, invalid or incomplete newest checkpoint falls through to the next one.
+    """
+    ids = await store.list_checkpoint_ids()
+    limit = asyncio.Semaphore(concurrency)
+
+    async def read(checkpoint_id: str) -> bytes | None:
+        async with limit:
+            try:
+                return await _manifest(store, checkpoint_id)
+            except _Refusal:
+                return None
+
+    manifests = await asyncio.gather(*(read(i) for i in ids))
+    candidates: list[tuple[records.Summary, str, bytes]] = []
+    for checkpoint_id, data in zip(ids, manifests, strict=True):
+        if data is None:
+            continue
+        try:
+            record, _ = records.decode_manifest(data)
+        except (records.ManifestError, RecursionError):
+            continue
+        claimed = records.provisional_summary(record)
+        if claimed is None or claimed.compatibility_key != compatibility_key:
+            continue
+        if wanted(claimed):
+            candidates.append((claimed, checkpoint_id, data))
+    # Stable, like `list_checkpoints`: equally new records keep the listing's order.
+    candidates.sort(key=lambda found: found[0].newness(), reverse=True)
+    validator = Validator(store)
+    for claimed, checkpoint_id, data in candidates:
+        expectation = Expectation(checkpoint_id, execution_generation)
+        if (await validator.verify_manifest(expectation, data)).ok:
+            return claimed
+    return None
