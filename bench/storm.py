@@ -85,7 +85,7 @@ import reconcile as base  # bench/reconcile.py: Pod statuses, seeding, a throwaw
 import redis.asyncio as aioredis
 from kubernetes_asyncio import client
 
-from services.common import revocations, tokens
+from services.common import redis_link, revocations, tokens
 from services.common.checkpoints import local, storing
 from services.common.checkpoints import records as ckpt
 from services.controller import hub as hubs
@@ -440,8 +440,12 @@ def start_hub(api: Any, redis: aioredis.Redis, root: pathlib.Path | None) -> hub
     checkpoints = None
     if root is not None:
         checkpoints = replacing.BackendCheckpoints(local.LocalFolderBackend(root))
+    # The controller's own client, as a controller process builds it (its pool waits for a
+    # free connection), not the bench's.
+    kwargs = redis.connection_pool.connection_kwargs
+    client = redis_link.connect(f"redis://{kwargs['host']}:{kwargs['port']}/0")
     return hubs.Hub(
-        redis,
+        client,
         pods,
         grant_key=GRANT_KEY,
         operator_token=OPERATOR_TOKEN,
@@ -485,6 +489,7 @@ async def controller_storm(
     finally:
         await hub.stop()
         await hub.runtime.aclose()
+        await hub.client.aclose()
         gc.unfreeze()
     wrong = await exactly_one(server, redis, swarms, seats)
     if wrong:

@@ -52,6 +52,16 @@ for an unreachable Redis."""
 START_WAIT_S = 5.0
 """How long a service waits at start for the first ping's answer before it serves anyway."""
 
+MAX_CONNECTIONS = 256
+"""Connections one process opens to Redis at most; more calls in flight wait for one."""
+
+POOL_WAIT_S = 60.0
+"""How long a call waits for a free connection before it fails as if Redis did not answer."""
+
+CLUSTER_CONNECTIONS = 1024
+"""Connections to each node of a Redis Cluster at most (its client has no waiting pool: the
+bound is set well above what a controller's swarms keep in flight)."""
+
 Client = aioredis.Redis | RedisCluster
 """A Redis client as the services use it: one server, or a Redis Cluster (`redis+cluster://`).
 Every key of one swarm shares the hash tag `{SWARM}`, so every script and every multi-key read
@@ -129,8 +139,14 @@ def connect(url: str) -> Client:
         # A database other than 0 does not exist on a cluster: refuse it rather than ignore it.
         if parse_url(cluster).get("db", 0) not in (0, "0"):
             raise ValueError("a Redis Cluster has only database 0")
-        return RedisCluster.from_url(cluster, **options)
-    return aioredis.Redis.from_url(url, **options)
+        return RedisCluster.from_url(cluster, max_connections=CLUSTER_CONNECTIONS, **options)
+    # A blocking pool: a burst of calls (a storm over many swarms) waits for a connection
+    # rather than failing with "Too many connections" (redis-py's default pool refuses the
+    # 101st call in flight).
+    pool = aioredis.BlockingConnectionPool.from_url(
+        url, max_connections=MAX_CONNECTIONS, timeout=POOL_WAIT_S, **options
+    )
+    return aioredis.Redis.from_pool(pool)  # closing the client closes its pool
 
 
 def check_url(url: str) -> None:
@@ -241,19 +257,23 @@ class RedisLink:
             self._suspect.set()
 
     async def wait_up(self, stop: asyncio.Event | None = None) -> bool:
-        """Wait until Redis answers (True) or `stop` is set (False)."""
-        if self.up.is_set():
-            return True
-        waits = [asyncio.ensure_future(self.up.wait())]
-        if stop is not None:
-            waits.append(asyncio.ensure_future(stop.wait()))
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
-        return self.up.is_set()
+        """Wait until Redis answers (True) or `stop` is set (False).
+
+        False means `stop` only: Redis answering and failing again before this waiter ran (a
+        flapping link) is waited through, never taken for a stop."""
+        while not self.up.is_set():
+            if stop is not None and stop.is_set():
+                return False
+            waits = [asyncio.ensure_future(self.up.wait())]
+            if stop is not None:
+                waits.append(asyncio.ensure_future(stop.wait()))
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+        return True
 
     async def wait_known(self, timeout: float) -> bool | None:
         """Wait (at most `timeout`) for the first ping's answer; the state then."""

@@ -45,3 +45,33 @@ def test_a_cluster_database_or_an_unknown_scheme_is_refused(url: str) -> None:
         redis_link.check_url(url)
     with pytest.raises(ValueError):
         redis_link.connect(url)
+
+
+async def test_a_plain_url_builds_a_client_whose_pool_waits_for_a_free_connection() -> None:
+    """A burst of calls beyond the pool's size waits for a connection instead of failing with
+    "Too many connections" (redis-py's default pool refuses the 101st call in flight)."""
+    client = redis_link.connect("redis://127.0.0.1:6399/0")
+    try:
+        pool = client.connection_pool
+        assert isinstance(pool, aioredis.BlockingConnectionPool)
+        assert pool.max_connections == redis_link.MAX_CONNECTIONS
+        assert pool.timeout == redis_link.POOL_WAIT_S
+    finally:
+        await client.aclose()
+
+
+async def test_wait_up_returns_false_only_when_stopped_not_when_the_link_flaps() -> None:
+    """Redis answering and failing again before the waiter runs (a flapping link) is waited
+    through: False means the stop event, never a missed moment of answering."""
+    link = redis_link.RedisLink(redis_link.connect("redis://127.0.0.1:6399/0"))
+    stop = asyncio.Event()
+    waiter = asyncio.create_task(link.wait_up(stop))
+    await asyncio.sleep(0)
+    link.up.set()
+    link.up.clear()  # down again before the waiter ran
+    await asyncio.sleep(0.05)
+    assert not waiter.done()
+    stop.set()
+    assert await asyncio.wait_for(waiter, 60) is False
+    link.up.set()
+    assert await asyncio.wait_for(link.wait_up(asyncio.Event()), 60) is True
