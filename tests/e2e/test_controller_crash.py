@@ -117,6 +117,7 @@ class Lab:
     markers: set[str] = dataclasses.field(default_factory=set)
     pod_events: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     running: list[Process] = dataclasses.field(default_factory=list)
+    recorders: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
 
     async def start(self, armed: Mapping[str, str]) -> Process:
         """Start a controller process; return once it serves (gRPC and HTTP listening)."""
@@ -196,6 +197,9 @@ class Lab:
         self.emulator.create("pods", pod, namespace=cs.NAMESPACE)
 
         async def seen() -> None:
+            for recorder in self.recorders:
+                # A recorder that stopped would leave the wait to its deadline: say why now.
+                assert not recorder.done(), (recorder.get_name(), recorder)
             assert marker in self.markers
             assert any(name == marker for _, _, name in self.pod_events)
 
@@ -213,23 +217,30 @@ class Lab:
                     self.markers.add(words[1])
 
     async def watch_pods(self) -> None:
-        """Every Pod event of the namespace as (type, execution label, name), from the start."""
+        """Every Pod event of the namespace as (type, execution label, name), from the start;
+        watched again from where it was when the server ends a watch (a long, loaded run
+        outlives one)."""
         api = k8s.CoreV1Api(self.emulator.api_client)
-        response = await api.list_namespaced_pod(
-            cs.NAMESPACE,
-            watch=True,
-            resource_version="0",
-            timeout_seconds=600,
-            _preload_content=False,
-        )
-        try:
-            while line := await response.content.readline():
-                event = json.loads(line)
-                meta = event["object"]["metadata"]
-                execution = (meta.get("labels") or {}).get(runtime.LABEL_EXECUTION, "")
-                self.pod_events.append((event["type"], execution, meta["name"]))
-        finally:
-            response.close()
+        version = "0"
+        while True:
+            response = await api.list_namespaced_pod(
+                cs.NAMESPACE,
+                watch=True,
+                resource_version=version,
+                timeout_seconds=600,
+                _preload_content=False,
+            )
+            try:
+                while line := await response.content.readline():
+                    event = json.loads(line)
+                    meta = event["object"]["metadata"]
+                    version = meta.get("resourceVersion") or version
+                    if event["type"] == "BOOKMARK":
+                        continue
+                    execution = (meta.get("labels") or {}).get(runtime.LABEL_EXECUTION, "")
+                    self.pod_events.append((event["type"], execution, meta["name"]))
+            finally:
+                response.close()
 
 
 def kubeconfig(path: pathlib.Path, server: str) -> pathlib.Path:
@@ -451,7 +462,11 @@ async def lab_for(tmp_path: pathlib.Path, url: str) -> AsyncIterator[Lab]:
             "AGENTIHOOKS_PASS_INTERVAL_MS": "100",
         }
         lab = Lab(emulator, aioredis.Redis.from_url(url), env, calls)
-        recorders = [asyncio.create_task(lab.monitor()), asyncio.create_task(lab.watch_pods())]
+        recorders = [
+            asyncio.create_task(lab.monitor(), name="redis-monitor"),
+            asyncio.create_task(lab.watch_pods(), name="pod-watch"),
+        ]
+        lab.recorders = recorders
         try:
             yield lab
         finally:
