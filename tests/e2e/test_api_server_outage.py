@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import pathlib
 
 import aiohttp
-from kubernetes_asyncio import client as k8s
 
 from services.common import redis_link
-from services.controller.pods import runtime
 from services.controller.state import keys, reading
 from tests.e2e.test_redis_outage import (
     NOT_SERVING,
@@ -35,6 +32,7 @@ from tests.e2e.test_redis_outage import (
     launched,
     pods_of,
     start_controller,
+    watch_pods,
 )
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports
@@ -58,38 +56,6 @@ class PauseServingOnCall(collections.Counter[str]):
             self.armed = None
             self.emulator.fail_next(call, 503)
             self.pausing = asyncio.get_running_loop().create_task(self.emulator.pause_serving())
-
-
-async def record_pods(emulator: k8s_emulator.K8sEmulator, seen: list[tuple[str, str]]) -> None:
-    """Every Pod event of the namespace as (type, execution), from the start; while the API
-    server is away it tries again, then watches on from the last event it recorded (nothing
-    twice, nothing missed)."""
-    api = k8s.CoreV1Api(emulator.api_client)
-    version = "0"
-    while True:
-        try:
-            response = await api.list_namespaced_pod(
-                cs.NAMESPACE,
-                watch=True,
-                resource_version=version,
-                timeout_seconds=600,
-                _preload_content=False,
-            )
-        except aiohttp.ClientError:
-            await asyncio.sleep(0.1)
-            continue
-        try:
-            while line := await response.content.readline():
-                event = json.loads(line)
-                meta = event["object"]["metadata"]
-                seen.append(
-                    (event["type"], (meta.get("labels") or {}).get(runtime.LABEL_EXECUTION, ""))
-                )
-                version = meta["resourceVersion"]
-        except aiohttp.ClientError:
-            pass  # cut: watch again from `version`
-        finally:
-            response.close()
 
 
 async def gauge(ctl: Controller, name: str) -> float:
@@ -126,7 +92,7 @@ async def test_api_server_gone_mid_recovery_and_back_replaces_the_seat_once(
             calls.emulator = emulator
             emulator.calls = calls
             pod_events: list[tuple[str, str]] = []
-            recorder = asyncio.create_task(record_pods(emulator, pod_events))
+            recorder = asyncio.create_task(watch_pods(emulator, pod_events))
             try:
                 ctl = await start_controller(controller_env(tmp_path, emulator, redis.url))
                 running.append(ctl)

@@ -35,7 +35,6 @@ import redis.asyncio as aioredis
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
-from kubernetes_asyncio import client as k8s
 
 from services.controller import telemetry
 from services.controller.pods import runtime, templates
@@ -217,30 +216,11 @@ class Lab:
                     self.markers.add(words[1])
 
     async def watch_pods(self) -> None:
-        """Every Pod event of the namespace as (type, execution label, name), from the start;
-        watched again from where it was when the server ends a watch (a long, loaded run
-        outlives one)."""
-        api = k8s.CoreV1Api(self.emulator.api_client)
-        version = "0"
-        while True:
-            response = await api.list_namespaced_pod(
-                cs.NAMESPACE,
-                watch=True,
-                resource_version=version,
-                timeout_seconds=600,
-                _preload_content=False,
-            )
-            try:
-                while line := await response.content.readline():
-                    event = json.loads(line)
-                    meta = event["object"]["metadata"]
-                    version = meta.get("resourceVersion") or version
-                    if event["type"] == "BOOKMARK":
-                        continue
-                    execution = (meta.get("labels") or {}).get(runtime.LABEL_EXECUTION, "")
-                    self.pod_events.append((event["type"], execution, meta["name"]))
-            finally:
-                response.close()
+        """Every Pod event of the namespace as (type, execution label, name), from the start
+        (watched again when the server ends a watch: a long, loaded run outlives one)."""
+        async for kind, meta in k8s_emulator.follow_pods(self.emulator, cs.NAMESPACE):
+            execution = (meta.get("labels") or {}).get(runtime.LABEL_EXECUTION, "")
+            self.pod_events.append((kind, execution, meta["name"]))
 
 
 def kubeconfig(path: pathlib.Path, server: str) -> pathlib.Path:

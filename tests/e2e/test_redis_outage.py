@@ -31,7 +31,6 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from kubernetes_asyncio import client as k8s
 
 from services.cli import main as cli
 from services.common import redis_link, rpc
@@ -385,21 +384,8 @@ class KillRedisOnCall(collections.Counter[str]):
 
 async def watch_pods(emulator: k8s_emulator.K8sEmulator, seen: list[tuple[str, str]]) -> None:
     """Every Pod event of the namespace as (type, execution), from the start."""
-    api = k8s.CoreV1Api(emulator.api_client)
-    response = await api.list_namespaced_pod(
-        cs.NAMESPACE,
-        watch=True,
-        resource_version="0",
-        timeout_seconds=600,
-        _preload_content=False,
-    )
-    try:
-        while line := await response.content.readline():
-            event = json.loads(line)
-            labels = event["object"]["metadata"].get("labels") or {}
-            seen.append((event["type"], labels.get(runtime.LABEL_EXECUTION, "")))
-    finally:
-        response.close()
+    async for kind, meta in k8s_emulator.follow_pods(emulator, cs.NAMESPACE):
+        seen.append((kind, (meta.get("labels") or {}).get(runtime.LABEL_EXECUTION, "")))
 
 
 def aof_releases(redis: RestartableRedis, swarm: str) -> collections.Counter[tuple[str, str]]:

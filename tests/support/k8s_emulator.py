@@ -48,6 +48,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
+import aiohttp
 import pytest_asyncio
 from aiohttp import web
 from kubernetes_asyncio import client
@@ -1053,3 +1054,39 @@ async def k8s_emulator() -> AsyncIterator[K8sEmulator]:
     """A started emulator (``.url``, ``.api_client``), stopped after the test."""
     async with serving() as emulator:
         yield emulator
+
+
+async def follow_pods(
+    emulator: K8sEmulator, namespace: str
+) -> AsyncIterator[tuple[str, Mapping[str, Any]]]:
+    """Every Pod event of `namespace` from the start, as (type, the Pod's metadata), through
+    the real client: when the server ends or cuts a watch (its timeout, an outage) it is
+    watched again from the last event seen, so nothing is missed and nothing seen twice.
+    Bookmarks are skipped; an ERROR event (410 Gone after a compaction) raises."""
+    api = client.CoreV1Api(emulator.api_client)
+    version = "0"
+    while True:
+        try:
+            response = await api.list_namespaced_pod(
+                namespace,
+                watch=True,
+                resource_version=version,
+                timeout_seconds=600,
+                _preload_content=False,
+            )
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.1)  # the API server is away: try again
+            continue
+        try:
+            while line := await response.content.readline():
+                event = json.loads(line)
+                if event["type"] == "ERROR":
+                    raise RuntimeError(f"the Pod watch ended with {event['object']}")
+                meta = event["object"]["metadata"]
+                version = meta.get("resourceVersion") or version
+                if event["type"] != "BOOKMARK":
+                    yield event["type"], meta
+        except aiohttp.ClientError:
+            pass  # cut: watch again from `version`
+        finally:
+            response.close()
