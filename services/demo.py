@@ -230,6 +230,9 @@ def main(argv: list[str] | None = None) -> None:
         "--free-ports", action="store_true", help="free ports only (DEMO_PORTS=free)"
     )
     args = parser.parse_args(argv)
+    # Ctrl-C stops the demo even when it was started from a background job or a script, which
+    # inherit SIGINT ignored (and Python then installs no KeyboardInterrupt for it).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     exit_at_end = args.exit or os.environ.get("DEMO_EXIT", "") not in ("", "0")
     usual_ports = not (args.free_ports or os.environ.get("DEMO_PORTS") == "free")
     redis = shutil.which("redis-server")
