@@ -79,7 +79,12 @@ async def _replacement_done(cluster: Cluster) -> None:
 
     async def reported() -> None:
         summary = _summary(cluster, SECOND)
-        assert summary["restore_verified"] or summary["refusal_reason"], summary
+        # When neither came, what the sidecar and the entry point did say explains why.
+        said = {
+            c: cluster.logs(SECOND, c)[-1500:]
+            for c in (classifying.RESTORER_CONTAINER, classifying.WORKER_CONTAINER)
+        }
+        assert summary["restore_verified"] or summary["refusal_reason"], (summary, said)
 
     await ports.eventually(reported, timeout=WAIT_S)
 
