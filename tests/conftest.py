@@ -26,8 +26,14 @@ async def _no_leftover_tasks() -> AsyncIterator[None]:
     current = asyncio.current_task()
     left = [t for t in asyncio.all_tasks() - before if t is not current and not t.done()]
     if left:
+        # Named before they are cancelled: a finished task no longer has its coroutine.
+        names = ", ".join(sorted(_task_name(t) for t in left))
         for task in left:
             task.cancel()
         await asyncio.gather(*left, return_exceptions=True)
-        names = ", ".join(sorted(t.get_coro().__qualname__ for t in left))  # type: ignore[union-attr]
         pytest.fail(f"test left asyncio tasks running: {names}")
+
+
+def _task_name(task: asyncio.Task[object]) -> str:
+    coro = task.get_coro()
+    return f"{task.get_name()} ({getattr(coro, '__qualname__', type(coro).__name__)})"

@@ -18,7 +18,7 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import types_pb2
 
 from services.common import logs
-from services.controller.state import keys, reading
+from services.controller.state import keys, reading, records
 from tests.support import controller_server as cs
 from tests.support import ports
 
@@ -44,11 +44,16 @@ def choose(
 
 
 async def wait_for_decision(ctl: cs.Controller) -> None:
-    """eng-2's first attempt has been fenced and the pass decided to wait."""
+    """eng-2's first attempt has been fenced, the pass decided to wait, and every release of
+    the fence is recorded (the lost Pod's last: a test comparing state before and after a
+    call must not see it land in between)."""
 
     async def decided() -> None:
         decision = await reading.decision(ctl.redis, "example", E2)
         assert decision is not None and decision.state.value == "recovery_pending", decision
+        fence = await reading.fence(ctl.redis, "example", E2)
+        assert fence is not None, E2
+        assert {r.kind for r in fence.releases} == set(records.ReleaseKind), fence.releases
 
     await ports.eventually(decided, timeout=10)
 
