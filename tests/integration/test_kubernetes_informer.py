@@ -73,6 +73,16 @@ async def watching(
             await watch.aclose()
 
 
+async def both_watches_open(emulator: k8s_emulator.K8sEmulator) -> None:
+    """Wait until the runtime's Pod watch and Node watch are both open at the emulator (each
+    is asked for once its list is in: after the first wake)."""
+
+    async def open_() -> None:
+        assert emulator.open_watches >= 2, emulator.open_watches
+
+    await ports.eventually(open_, timeout=WAIT_S)
+
+
 @pytest.fixture
 async def k8s(k8s_emulator: k8s_emulator.K8sEmulator) -> k8s_emulator.K8sEmulator:
     k8s_emulator.add_node("node-a")
@@ -112,6 +122,7 @@ async def test_sixty_swarms_open_one_pod_watch_and_one_node_watch_and_calls_neve
         async with runtime_of(calls) as rt:
             swarms = [f"swarm-{n:02d}" for n in range(60)]
             async with watching(rt, *swarms):
+                await both_watches_open(k8s)
                 assert (k8s.calls["watch pods"], k8s.calls["watch nodes"]) == (1, 1)
                 assert k8s.open_watches == 2
                 await asyncio.wait_for(rt.launch(spec(swarm="swarm-07")), WAIT_S)
@@ -358,6 +369,7 @@ async def test_aclose_stops_every_watch_and_closes_the_watch_client(
     try:
         for watch in watches.values():
             await watch.woken(1)
+        await both_watches_open(k8s)
         watch_client = rt._watch_client
         assert watch_client is not None
         await rt.aclose()
