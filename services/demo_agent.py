@@ -26,7 +26,8 @@ Demo behaviour (not the real CLI's): a first run without a prompt takes the seat
 worktree and then crashes; generation 1 of eng-2 fails before any conversation; any later
 fresh generation writes `FRESH`; a resume writes `RESUMED` and exits 0. With
 `DEMO_FAILURE=oom` the crash is a memory hog the kernel's OOM killer ends (for tests with a
-memory limit). Outside a worker (no `AGENTIHOOKS_GENERATION`) a first run writes its session and
+memory limit). With `DEMO_FAIL_AFTER_FILE` set the failure waits (up to 10 minutes) until that
+file exists. Outside a worker (no `AGENTIHOOKS_GENERATION`) a first run writes its session and
 exits 0.
 """
 
@@ -252,6 +253,12 @@ def main(argv: list[str]) -> int:
         return 0
     # Give the restorer sidecar time to capture a checkpoint, then fail like a crashed worker.
     time.sleep(float(os.environ.get("DEMO_WORK_SECONDS", "4")))
+    # A test that must fail only once a checkpoint with the conversation was reported names a
+    # file it creates then (a loaded machine may capture later than a few seconds in).
+    wait_for = os.environ.get("DEMO_FAIL_AFTER_FILE")
+    deadline = time.monotonic() + 600
+    while wait_for and not os.path.exists(wait_for) and time.monotonic() < deadline:
+        time.sleep(0.1)
     if os.environ.get("DEMO_FAILURE") == "oom":
         # Grow past the container's memory limit: the kernel's OOM killer ends this process.
         print(f"demo agent {seat}: growing past the memory limit", flush=True)

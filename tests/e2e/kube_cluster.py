@@ -10,6 +10,7 @@ the real 2.1 CLI in what this relies on (session files, `--resume ID -- PROMPT`)
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -24,8 +25,10 @@ import boto3
 import pytest
 
 from services.common.checkpoints import s3 as s3_backend
+from services.controller import deciding
 from services.controller import main as controller_main
 from services.controller.pods import classifying, templates
+from services.controller.state import reading
 from tests.support import controller_server as cs
 from tests.support import git_repos, k8s_emulator, ports, redis_server, s3, store_server
 from tests.support import kubelet as kubelets
@@ -42,6 +45,8 @@ IMAGE_PATHS = (
 )
 """The kubelet's "image": this project, its venv and its Python (as the kubelet's default)."""
 WAIT_S = 300.0
+FAIL_NOW = "FAIL_NOW"
+"""The file (in the image folder) whose creation lets generation 1 of the stand-in fail."""
 """Pods start Python processes and clone a repository: seconds here, longer on a loaded CI."""
 
 
@@ -105,6 +110,7 @@ def _template(memory_limit: str, failure: str, image: pathlib.Path) -> dict[str,
         {"name": "DEMO_VERSION_FILE", "value": str(image / "VERSION")},
         {"name": "DEMO_WORK_SECONDS", "value": "600" if failure == "none" else "3"},
         {"name": "DEMO_FAILURE", "value": failure},
+        {"name": "DEMO_FAIL_AFTER_FILE", "value": str(image / FAIL_NOW)},
     ]
     # The harness's version is a property of the image both containers run: the sidecar reads
     # it too (a template's `restorer` container gives the injected sidecar its env).
@@ -181,9 +187,12 @@ async def cluster(
     scheduler = kubelets.Scheduler(k8s_emulator.url)
     await scheduler.__aenter__()
     await node.start()
+    releasing = asyncio.create_task(_fail_once_captured(ctl, image / FAIL_NOW))
     try:
         yield Cluster(ctl, node, s3_bucket, image, backend)
     finally:
+        releasing.cancel()
+        await asyncio.gather(releasing, return_exceptions=True)
         await node.close()
         await scheduler.__aexit__(None, None, None)
         await cs.stop_controller(ctl, server)
@@ -191,6 +200,20 @@ async def cluster(
         await store_service.aclose()
         await backend.aclose()
         shutil.rmtree(image, ignore_errors=True)
+
+
+async def _fail_once_captured(ctl: cs.Controller, signal: pathlib.Path) -> None:
+    """Let generation 1 fail only once the controller holds its sidecar's report of a
+    checkpoint with the conversation: the sidecar captures every half second, but on a loaded
+    machine not always within the stand-in's few seconds of work, and a crash before that
+    leaves nothing to resume."""
+
+    async def captured() -> None:
+        execution = await reading.execution(ctl.redis, SWARM, FIRST)
+        assert execution is not None and deciding.holds_conversation(execution.archive_watermark)
+
+    await ports.eventually(captured, timeout=WAIT_S)
+    await asyncio.to_thread(signal.touch)
 
 
 def _marked(request: pytest.FixtureRequest, default: str) -> str:
