@@ -299,6 +299,19 @@ class Recovery:
         seats: dict[str, records.Seat] = {
             s.seat: s for s in await reading.seats(self.client, self.swarm, names)
         }
+        # Seats that only wait for their replacement's report (after a storm, perhaps most of
+        # them) are checked for all in one round trip, not two each.
+        idle = await reading.only_awaiting_outcome(
+            self.client,
+            self.swarm,
+            (
+                s
+                for n, s in seats.items()
+                if n not in failed and s.current_execution_id not in missing
+            ),
+        )
+        for name in idle:
+            del seats[name]
 
         async def one(name: str) -> None:
             await self._give_way()
@@ -391,24 +404,26 @@ class Recovery:
         *,
         precheck: bool,
         held: records.Execution | None = None,
-    ) -> tuple[str, records.Fence | None]:
-        """Fence the seat's current attempt: the script's status, and the fence it wrote.
-        With the attempt's record (`held`), its authority is released in the same write."""
+    ) -> writing.Fenced:
+        """Fence the seat's current attempt: the script's answer (with the fence it wrote and
+        what deciding reads next). With the attempt's record (`held`), its authority is
+        released in the same write."""
         if seat.current_execution_id != attempt.execution_id:
             # Only the current attempt of a seat can be fenced; a superseded attempt's failure
             # was handled when it was fenced.
-            return "not_current", None
+            return writing.Fenced("not_current")
         # A held attempt fails every listing pass: a read first spares those passes a write.
         # (The watch reports a failure once; the script's own check is enough there.)
         refused = precheck and await reading.refusal(self.client, self.swarm, attempt.execution_id)
         if refused:
             # Held for the master or operator (the script checks again, atomically).
             report.held.append(attempt.execution_id)
-            return "restore_refused", None
+            return writing.Fenced("restore_refused")
         releases = replacing.authority_releases(self.ctx, held) if held is not None else None
-        status, fence = await self.writer.fence_returning(
+        fenced = await self.writer.fence_returning(
             seat, attempt.execution_id, attempt.generation, str(attempt.failure), releases
         )
+        status = fenced.status
         if status == "fenced":
             report.fenced.append(attempt.execution_id)
         elif status == "restore_refused":
@@ -425,7 +440,7 @@ class Recovery:
                 observed_generation=attempt.generation,
                 controller_epoch=self.lease.epoch,
             )
-        return status, fence
+        return fenced
 
     async def _missing(
         self, seat: records.Seat, passes: int, report: PassReport
@@ -479,17 +494,18 @@ class Recovery:
         if failed is not None and seat.current_execution_id == failed.execution_id:
             if held is None or held.execution_id != failed.execution_id:
                 held = await reading.execution(self.client, self.swarm, failed.execution_id)
-            # The fence (with the authority releases) and what the next steps read, in one
-            # round trip's wait.
-            (_, written), fresh = await asyncio.gather(
-                self._fence(seat, failed, report, precheck=not watched, held=held),
-                reading.fenced_attempt(
-                    self.client, self.swarm, failed.execution_id, with_fence=False
-                ),
-            )
-            reads = dataclasses.replace(fresh, fence=written)
-        if reads is None or reads.fence is None:
-            reads = None
+            # The fence (with the authority releases) returns what the next steps read: one
+            # round trip. A new fence has no decision yet.
+            fenced = await self._fence(seat, failed, report, precheck=not watched, held=held)
+            if fenced.fence is not None:
+                reads = reading.FencedReads(
+                    fence=fenced.fence,
+                    decision=None,
+                    config=fenced.config,
+                    execution=fenced.execution,
+                    paused=fenced.paused,
+                )
+        if reads is None:
             if failed is not None:
                 seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
             if seat.current_execution_id in missing:
@@ -533,14 +549,15 @@ class Recovery:
         if current.current_execution_id != expect:
             attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
         config = reads.config if reads is not None else None
-        if attempt is not None and await replacing.launch(
-            self.ctx, attempt, seat=current, config=config
-        ):
-            report.launched.append(attempt.execution_id)
-            attempt = dataclasses.replace(attempt, launched=True)
-        if fence is not None:
-            # The lost attempt's Pod goes after its replacement was launched, not before: with
-            # its authority released it can do nothing, and the replacement need not wait.
+        if attempt is not None:
+            # The replacement first, then the lost attempt's Pod (one write records both).
+            launched, fence = await replacing.launch_replacing(
+                self.ctx, attempt, fence, seat=current, config=config
+            )
+            if launched:
+                report.launched.append(attempt.execution_id)
+                attempt = dataclasses.replace(attempt, launched=True)
+        elif fence is not None:
             await replacing.remove_pod(self.ctx, fence)
         if current.state is records.SeatState.RUNNING and attempt is not None and attempt.launched:
             await self.writer.settle(current)

@@ -208,14 +208,41 @@ async def launch(
     spec (same directive, execution id, generation and credential). `config` and `seat` may be
     passed when the caller just read them (a large apply).
     """
+    launched, _ = await launch_replacing(ctx, execution, None, config=config, seat=seat)
+    return launched
+
+
+async def launch_replacing(
+    ctx: Context,
+    execution: records.Execution,
+    fence: records.Fence | None,
+    *,
+    config: records.SwarmConfig | None = None,
+    seat: records.Seat | None = None,
+) -> tuple[bool, records.Fence | None]:
+    """`launch` the replacement of a fenced attempt, then remove the fenced attempt's Pod
+    (unless the fence records it removed); returns whether it launched now and the fence as
+    recorded now.
+
+    The lost attempt's Pod goes after its replacement was launched, not before: with its
+    authority released it can do nothing, and the replacement need not wait. When both happen
+    here one write records both (the launch and the Pod's release). A crash before that write
+    repeats both calls, which the runtime takes as done; a Pod the runtime could not remove is
+    left to the next pass.
+    """
     if execution.launched or execution.state is not records.ExecutionState.RUNNING:
-        return False
+        return False, await remove_pod(ctx, fence) if fence is not None else None
     config = config or await reading.config(ctx.client, ctx.swarm)
     seat = seat or await reading.seat(ctx.client, ctx.swarm, execution.seat)
     if config is None or seat is None:
-        return False
+        return False, await remove_pod(ctx, fence) if fence is not None else None
     await ctx.runtime.launch(launch_spec(ctx, execution, config))
-    status = await ctx.writer.launched(execution, seat)
+    removing = fence is not None and not fence.released(records.ReleaseKind.POD)
+    removed = removing and fence is not None and await _remove(ctx, fence.execution_id)
+    at = ctx.writer.now()
+    status = await ctx.writer.launched(
+        execution, seat, removed=fence.execution_id if removed and fence else None, at=at
+    )
     logs.event(
         log,
         "launched",
@@ -224,7 +251,9 @@ async def launch(
         execution_id=execution.execution_id,
         generation=execution.generation,
     )
-    return status == "launched"
+    if removed and fence is not None:
+        fence = _recorded(ctx, fence, [records.ReleaseKind.POD], at)
+    return status == "launched", fence
 
 
 async def launch_or_defer(
@@ -327,12 +356,21 @@ def authority_releases(
 
 async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
     """Remove the fenced attempt's Pod unless the fence records it removed; return the fence
-    as recorded now. A Pod the runtime could not remove is retried on the next pass.
-
-    """
+    as recorded now. A Pod the runtime could not remove is retried on the next pass."""
     if fence.released(records.ReleaseKind.POD):
         return fence
     eid = fence.execution_id
+    if not await _remove(ctx, eid):
+        return fence
+    at = ctx.writer.now()
+    if await ctx.writer.release(eid, {records.ReleaseKind.POD: ()}, at=at) == "released":
+        return _recorded(ctx, fence, [records.ReleaseKind.POD], at)
+    return await reading.fence(ctx.client, ctx.swarm, eid) or fence
+
+
+async def _remove(ctx: Context, eid: str) -> bool:
+    """Remove a fenced attempt's Pod (nothing recorded); False when the runtime could not,
+    logged."""
     try:
         await ctx.runtime.remove(ctx.swarm, eid)
     except pods.PodsError as exc:
@@ -344,11 +382,8 @@ async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
             execution_id=eid,
             exception=type(exc).__name__,
         )
-        return fence
-    at = ctx.writer.now()
-    if await ctx.writer.release(eid, {records.ReleaseKind.POD: ()}, at=at) == "released":
-        return _recorded(ctx, fence, [records.ReleaseKind.POD], at)
-    return await reading.fence(ctx.client, ctx.swarm, eid) or fence
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -50,8 +50,13 @@ WAIT_S = 180.0
 processes beside the rest of the suite on a shared two-core machine (waits end on the event,
 the deadline only bounds a failure)."""
 """An armed failpoint that never fires: the clean run lists its writes in the log."""
-RUNTIME_EFFECT_FIRST = {("release", "pod"), ("launched", None), ("outcome", None)}
-"""Writes preceded by an effect the write records (Pod removed, Pod created, a report
+RUNTIME_EFFECT_FIRST = {
+    ("release", "pod"),
+    ("launched", None),
+    ("launched", "pod"),
+    ("outcome", None),
+}
+"""Writes preceded by an effect the write records (Pod removed, Pod created, both, a report
 received): killing right before them is a distinct crash from killing after the previous one."""
 
 
@@ -466,7 +471,8 @@ async def lab_for(tmp_path: pathlib.Path, url: str) -> AsyncIterator[Lab]:
 
 def plans(clean: list[dict[str, Any]]) -> list[Plan]:
     """A kill after each write of the clean run, before each write that records a runtime
-    effect, and between the replacement Pod's creation and its Secret's."""
+    effect, between the replacement Pod's creation and its Secret's, and between the
+    replacement's launch and the lost Pod's removal."""
     out = [
         Plan(
             f"kill after write {n} ({w['script']} {w.get('kind') or ''})",
@@ -485,6 +491,11 @@ def plans(clean: list[dict[str, Any]]) -> list[Plan]:
         if (w["script"], w.get("kind")) in RUNTIME_EFFECT_FIRST
     ]
     out.append(Plan("kill with the Pod created, its Secret not", {}, True, "create secrets"))
+    out.append(
+        Plan(
+            "kill with the replacement launched, the lost Pod not removed", {}, True, "delete pods"
+        )
+    )
     return out
 
 
@@ -517,8 +528,8 @@ async def test_sigkill_after_each_write_of_a_recovery_then_restart_does_everythi
         assert sequence == [
             ("fence", authority, "fenced"),  # the authority releases in the same write
             ("accept", None, "accepted"),
-            ("launched", None, "launched"),
-            ("release", "pod", "released"),
+            # the replacement's launch and the lost Pod's removal in one write
+            ("launched", "pod", "launched"),
             ("outcome", None, "stored"),
         ], sequence
         stored = next(w["number"] for w in writes if w["script"] == "outcome")

@@ -99,21 +99,16 @@ class FencedReads:
     paused: bool
 
 
-async def fenced_attempt(
-    client: redis_link.Client, swarm: str, eid: str, *, with_fence: bool = True
-) -> FencedReads:
-    """The fenced attempt's fence (unless the caller has it), decision and record, the swarm's
-    config and pause switch: one pipeline, one round trip."""
+async def fenced_attempt(client: redis_link.Client, swarm: str, eid: str) -> FencedReads:
+    """The fenced attempt's fence, decision and record, the swarm's config and pause switch:
+    one pipeline, one round trip."""
     pipe = client.pipeline(transaction=False)
-    if with_fence:
-        pipe.hgetall(keys.fence(swarm, eid))
+    pipe.hgetall(keys.fence(swarm, eid))
     pipe.hgetall(keys.decision(swarm, eid))
     pipe.hgetall(keys.config(swarm))
     pipe.hgetall(keys.execution(swarm, eid))
     pipe.exists(keys.paused(swarm))
-    replies = await pipe.execute()
-    raw_fence = replies.pop(0) if with_fence else None
-    raw_decision, raw_config, raw_execution, paused_flag = replies
+    raw_fence, raw_decision, raw_config, raw_execution, paused_flag = await pipe.execute()
     return FencedReads(
         fence=records.Fence.from_hash(records.text_hash(raw_fence)) if raw_fence else None,
         decision=(
@@ -139,6 +134,42 @@ async def seat_and_execution(
         records.Seat.from_hash(records.text_hash(raw_seat)) if raw_seat else None,
         records.Execution.from_hash(records.text_hash(raw_execution)) if raw_execution else None,
     )
+
+
+async def only_awaiting_outcome(
+    client: redis_link.Client, swarm: str, seats: Iterable[records.Seat]
+) -> set[str]:
+    """Of `seats`, those whose recovery is done up to the replacement's report: replacing, the
+    fenced attempt's every release recorded and its decision accepted, the replacement (the
+    seat's current attempt) running and launched. A pass has nothing to do for them; read for
+    all of them in one round trip."""
+    replacing = [
+        s for s in seats if s.state is records.SeatState.REPLACING and s.fenced_execution_id
+    ]
+    if not replacing:
+        return set()
+    pipe = client.pipeline(transaction=False)
+    fields = [f"release:{kind.value}" for kind in records.ReleaseKind]
+    for s in replacing:
+        assert s.fenced_execution_id is not None
+        pipe.hmget(keys.fence(swarm, s.fenced_execution_id), fields)
+        pipe.hget(keys.decision(swarm, s.fenced_execution_id), "state")
+        pipe.hmget(keys.execution(swarm, s.current_execution_id), ["state", "launched"])
+    replies = iter(await pipe.execute())
+    done: set[str] = set()
+    for s in replacing:
+        releases, decided, (state, launched) = next(replies), next(replies), next(replies)
+        if (
+            all(releases)
+            and decided is not None
+            and _text(decided) == records.DecisionState.ACCEPTED.value
+            and state is not None
+            and _text(state) == records.ExecutionState.RUNNING.value
+            and launched is not None
+            and _text(launched) == "1"
+        ):
+            done.add(s.seat)
+    return done
 
 
 async def fence(client: redis_link.Client, swarm: str, eid: str) -> records.Fence | None:

@@ -108,7 +108,11 @@ def _put(out: dict[str, str], name: str, value: str | int | bool | None) -> None
 
 def text_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
     """A hash as redis-py returns it (bytes or text) with text keys and values."""
-    return {_text(k): _text(v) for k, v in raw.items()}
+    try:
+        # A bytes client's answer (the controller's): every key and value is bytes.
+        return {k.decode(): v.decode() for k, v in raw.items()}  # type: ignore[union-attr]
+    except AttributeError:
+        return {_text(k): _text(v) for k, v in raw.items()}
 
 
 def _text(value: bytes | str) -> str:

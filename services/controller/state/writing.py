@@ -46,6 +46,18 @@ class Accepted:
     seat: records.Seat | None = None
 
 
+@dataclasses.dataclass(frozen=True)
+class Fenced:
+    """The answer of `Writer.fence_returning`: the status and, when fenced now, the fence as
+    written, the attempt as fenced, the swarm's config and whether the swarm is paused."""
+
+    status: str
+    fence: records.Fence | None = None
+    execution: records.Execution | None = None
+    config: records.SwarmConfig | None = None
+    paused: bool = False
+
+
 class Writer:
     """Writes one swarm's state, always under its lease.
 
@@ -114,8 +126,7 @@ class Writer:
     async def fence(self, seat: records.Seat, execution: str, generation: int, reason: str) -> str:
         """Fence the seat's current attempt: `fenced`, `exists`, `not_current`, or
         `restore_refused` (a replacement holding a reported restore refusal is left alone)."""
-        status, _ = await self.fence_returning(seat, execution, generation, reason)
-        return status
+        return (await self.fence_returning(seat, execution, generation, reason)).status
 
     async def fence_returning(
         self,
@@ -124,9 +135,10 @@ class Writer:
         generation: int,
         reason: str,
         releases: Releases | None = None,
-    ) -> tuple[str, records.Fence | None]:
-        """`fence`, with the fence record it wrote (None unless `fenced`). `releases` (as for
-        `release`) are done and recorded in the same write when it fences."""
+    ) -> Fenced:
+        """`fence`, with the fence record it wrote and what deciding on it reads next (all
+        None unless `fenced`). `releases` (as for `release`) are done and recorded in the same
+        write when it fences."""
         s = self.swarm
         kinds, tokens = _releases(releases or {})
         reply = await self._run(
@@ -142,13 +154,24 @@ class Writer:
                 keys.expected(s),
                 keys.slots(s),
                 keys.slots_used(s),
+                keys.config(s),
+                keys.paused(s),
                 *(keys.revoked(s, t) for t, _ in tokens),
             ],
             [execution, generation, reason, self.now(), s, kinds, *(ttl for _, ttl in tokens)],
         )
         status = str(reply["status"])
-        written = reply.get("fence") if status == "fenced" else None
-        return status, records.Fence.from_hash(written) if written else None
+        if status != "fenced":
+            return Fenced(status)
+        config = reply.get("config")
+        return Fenced(
+            status,
+            records.Fence.from_hash(reply["fence"]),
+            records.Execution.from_hash(reply["attempt"]),
+            # cjson writes an empty table as {}: no config.
+            records.SwarmConfig.from_hash(config) if config else None,
+            bool(reply.get("paused")),
+        )
 
     async def release(
         self,
@@ -298,8 +321,17 @@ class Writer:
             records.Seat.from_hash(reply["seat"]),
         )
 
-    async def launched(self, execution: records.Execution, seat: records.Seat) -> str:
-        """Record that the attempt's Pod was launched: `launched`, `already` or `missing`."""
+    async def launched(
+        self,
+        execution: records.Execution,
+        seat: records.Seat,
+        *,
+        removed: str | None = None,
+        at: str | None = None,
+    ) -> str:
+        """Record that the attempt's Pod was launched: `launched`, `already` or `missing`.
+        `removed` names a fenced attempt whose Pod was removed since: its fence records that
+        release in the same write (recorded at `at`, now when None)."""
         s = self.swarm
         fenced = seat.fenced_execution_id
         reply = await self._run(
@@ -310,8 +342,9 @@ class Writer:
                 keys.attention(s),
                 keys.fence(s, fenced or execution.execution_id),
                 keys.expected(s),
+                keys.fence(s, removed or execution.execution_id),
             ],
-            [self.now(), seat.seat, "1" if fenced else "0"],
+            [at or self.now(), seat.seat, "1" if fenced else "0", "1" if removed else "0"],
         )
         return str(reply["status"])
 

@@ -46,7 +46,12 @@ class Tally:
     def __call__(self, name: str, reply: Any) -> None:
         if reply.get("status") in ("fenced", "accepted", "launched"):
             self.writes[str(reply["status"])] += 1
-        if (name, reply.get("status")) in (("release", "released"), ("fence", "fenced")):
+        # Releases a write recorded: the release script's, the fence's (authority) and the
+        # replacement's launch (the lost attempt's Pod).
+        if (name, reply.get("status")) in (
+            ("release", "released"),
+            ("fence", "fenced"),
+        ) or name == "launched":
             for kind in filter(None, str(reply.get("kind", "")).split(",")):
                 self.writes[f"release:{kind}"] += 1
 

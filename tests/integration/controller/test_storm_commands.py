@@ -7,7 +7,7 @@ import collections
 
 import redis.asyncio as aioredis
 
-from services.controller.state import reading, records
+from services.controller.state import keys, reading, records
 from tests.integration.controller import harness as h
 from tests.integration.controller.harness import SWARM, first, second
 
@@ -50,3 +50,36 @@ async def test_a_replacement_costs_a_bounded_number_of_redis_commands(
     for seat in SEATS:
         fence = await reading.fence(redis_client, SWARM, first(seat))
         assert fence is not None and {r.kind for r in fence.releases} == set(records.ReleaseKind)
+
+
+async def test_a_pass_over_seats_awaiting_their_outcome_reads_them_in_one_round_trip(
+    redis_client: aioredis.Redis,
+) -> None:
+    """After a storm most seats only wait for their replacement's report: a listing pass then
+    checks them all in one pipelined read (four commands a seat, no script) and does nothing
+    else for them; a seat with work left (its replacement not launched) still gets it."""
+    seats = ("eng-1", "eng-2", "eng-3")  # as many as the accounts have slots
+    hx = await h.start(redis_client, legacy=True, seats=seats)
+    for seat in seats:
+        hx.runtime.fail(first(seat))
+    report = await hx.recovery.reconcile()
+    assert sorted(report.launched) == sorted(second(s) for s in seats), report
+    await hx.recovery.reconcile()  # whatever the first pass left settled (none expected)
+    before = await commands(redis_client)
+    report = await hx.recovery.reconcile()
+    spent = await commands(redis_client) - before
+    spent.pop("info", None)
+    assert not report.launched and not report.fenced, report
+    # Per seat: the seat's hash (all seats, one pipeline), its fence's releases, its
+    # decision's state, its replacement's state: no per-seat read of the whole fence or
+    # config, and no script.
+    assert spent["hmget"] == 2 * len(seats), spent
+    assert spent["hget"] == len(seats), spent
+    assert spent["evalsha"] == 0, spent
+    assert spent["hgetall"] <= len(seats) + 2, spent
+    # One replacement recorded as not launched (a relaunch, as after a refusal) is launched
+    # again by the next pass: the quick check does not hide work.
+    await redis_client.hset(keys.execution(SWARM, second("eng-3")), "launched", "0")
+    hx.runtime.attempts.pop(second("eng-3"), None)
+    report = await hx.recovery.reconcile()
+    assert report.launched == [second("eng-3")], report
