@@ -53,6 +53,7 @@ Prints the absolute figures, then one line per scenario:
 ``RESULT storm_idle ratio=<swarms whose passes ran/swarms> target=1.0``.
 
 Run: .venv/bin/python bench/storm.py [--only=fresh,native,swarms,shared,kill,idle]
+(STORM_PROFILE=<file>: a profile of the controller thread's CPU over each in-process storm)
 (not a test: timings stay out of `make test`)
 """
 
@@ -61,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import cProfile
 import dataclasses
 import gc
 import hashlib
@@ -170,9 +172,10 @@ class ApiServer:
 
         return await self.run(go())
 
-    def api(self) -> Any:
-        """A kubernetes-asyncio client of this loop for the emulator (closed on exit)."""
-        api = client.ApiClient(client.Configuration(host=self.k8s.url))
+    def api(self, kind: Any = client.ApiClient) -> Any:
+        """A kubernetes-asyncio client (of class `kind`) of this loop for the emulator (closed
+        on exit)."""
+        api = kind(client.Configuration(host=self.k8s.url))
         self._clients.append(api)
         return api
 
@@ -435,6 +438,16 @@ class Storm:
         return self.seats / self.seconds
 
 
+def profiling() -> cProfile.Profile | None:
+    """With STORM_PROFILE=<file>, a profile of this thread's CPU (the controller's, not the
+    emulator thread's) over the storm, written to that file (read it with pstats)."""
+    if not os.environ.get("STORM_PROFILE"):
+        return None
+    profile = cProfile.Profile(time.thread_time)
+    profile.enable()
+    return profile
+
+
 def start_hub(api: Any, redis: aioredis.Redis, root: pathlib.Path | None) -> hubs.Hub:
     pods = kubernetes.KubernetesRuntime(api, NS, templates.default_pod_template())
     checkpoints = None
@@ -464,7 +477,7 @@ async def controller_storm(
 ) -> Storm:
     """The storm against a Hub in this process; raises when a seat has not exactly one
     replacement."""
-    hub = start_hub(server.api(), redis, root)
+    hub = start_hub(server.api(kubernetes.ApiClient), redis, root)  # as a controller builds it
     await hub.start()
     try:
 
@@ -479,6 +492,7 @@ async def controller_storm(
         base.settle_heap()
         meter = Meter(server, redis)
         await meter.start()
+        profile = profiling()
         before = server.calls()
         await fail_all(server, failing_statuses(swarms, seats))
         started = time.perf_counter()
@@ -486,6 +500,9 @@ async def controller_storm(
         seconds = time.perf_counter() - started
         await until(lambda: released(redis, swarms, seats), every=0.2)
         await meter.stop()
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(os.environ["STORM_PROFILE"])
     finally:
         await hub.stop()
         await hub.runtime.aclose()

@@ -60,7 +60,7 @@ def advertised_host(conf: settings.ControllerSettings) -> str:
 async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.PodRuntime]:
     """The configured worker runtime: Kubernetes (in-cluster or kubeconfig) or local processes."""
     if conf.runtime == "kubernetes":
-        from kubernetes_asyncio import client, config
+        from kubernetes_asyncio import config
 
         from services.controller.pods import kubernetes, templates
 
@@ -71,7 +71,7 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
         template = templates.default_pod_template()
         if conf.pod_template is not None:
             template = yaml.safe_load(conf.pod_template.read_text())
-        api = client.ApiClient()
+        api = kubernetes.ApiClient()
         assert conf.worker_control_addr is not None  # always set for the kubernetes runtime
         cluster = kubernetes.KubernetesRuntime(
             api,

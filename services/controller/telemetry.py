@@ -54,19 +54,34 @@ class Event:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "detail": dict(self.detail)}
+        # Field by field: `dataclasses.asdict` deep-copies, and this runs for every event.
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "swarm": self.swarm,
+            "seat": self.seat,
+            "execution_id": self.execution_id,
+            "expected_generation": self.expected_generation,
+            "observed_generation": self.observed_generation,
+            "controller_epoch": self.controller_epoch,
+            "detail": dict(self.detail),
+            "at": self.at,
+        }
 
 
 def log_events(raw_events: Iterable[Mapping[str, Any]]) -> list[Event]:
     """Write one JSON log line per event a script reported; return the events."""
     out = []
+    logging_on = log.isEnabledFor(logging.INFO)
     for raw in raw_events:
         event = Event.from_fields(str(raw["id"]), raw)
+        out.append(event)
+        if not logging_on:
+            continue
         fields = event.to_json()
         fields["event_id"] = fields.pop("id")
         kind = fields.pop("kind")
         logs.event(log, kind, **fields)
-        out.append(event)
     return out
 
 

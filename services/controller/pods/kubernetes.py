@@ -57,6 +57,25 @@ _T = TypeVar("_T")
 _U = TypeVar("_U")
 
 
+class Body(dict):  # type: ignore[type-arg]
+    """A request body this runtime built: JSON already (dicts, lists, text, numbers)."""
+
+
+class ApiClient(client.ApiClient):  # type: ignore[misc]
+    """kubernetes-asyncio's client, sending a `Body` as it is.
+
+    The library walks every request body through `sanitize_for_serialization` (for its model
+    objects) before encoding it; a Pod's body is a few hundred values and the walk costs about
+    three times the encoding. The runtime's bodies are plain JSON, so that walk is skipped for
+    them; anything else goes through it as before.
+    """
+
+    def sanitize_for_serialization(self, obj: Any) -> Any:
+        if type(obj) is Body:
+            return obj
+        return super().sanitize_for_serialization(obj)
+
+
 class KubernetesRuntime:
     """Worker attempts as labelled Pods in one namespace, each with a credential Secret."""
 
@@ -76,7 +95,8 @@ class KubernetesRuntime:
         """Build the runtime; it borrows the client and never closes it.
 
         Args:
-            api_client: A configured kubernetes-asyncio ApiClient.
+            api_client: A configured kubernetes-asyncio ApiClient (this module's `ApiClient`
+                sends the runtime's request bodies without walking them first).
             namespace: Where worker Pods and their Secrets live.
             pod_template: The worker Pod template (see `templates.default_pod_template`).
             restorer_image: The sidecar image; the worker image when None.
@@ -249,7 +269,7 @@ class KubernetesRuntime:
             "create pod",
             self._core.create_namespaced_pod,
             self._namespace,
-            pod,
+            Body(pod),
             tolerate=frozenset({409}),
         )
         if status == 409:
@@ -272,7 +292,7 @@ class KubernetesRuntime:
             "create secret",
             self._core.create_namespaced_secret,
             self._namespace,
-            secret,
+            Body(secret),
             tolerate=frozenset({409}),
             quiet=True,
         )
@@ -295,7 +315,7 @@ class KubernetesRuntime:
         key = (swarm, execution_id)
         informing.remember(self._removed, key, None)
         self._departed.pop(key, None)
-        options = {"gracePeriodSeconds": 0, "propagationPolicy": "Background"}
+        options = Body(gracePeriodSeconds=0, propagationPolicy="Background")
         await _both(
             self._request(
                 "delete pod",
