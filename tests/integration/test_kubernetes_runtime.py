@@ -523,3 +523,59 @@ async def test_the_emulator_selects_and_refuses_like_the_api_server(k8s) -> None
     with pytest.raises(client.ApiException) as missing:
         await core.read_namespaced_pod("nope", NS)
     assert (missing.value.status, json.loads(missing.value.body)["reason"]) == (404, "NotFound")
+
+
+async def test_the_controllers_client_launches_and_removes_without_a_thread_hop(k8s) -> None:
+    """The controller's client (`kubernetes.ApiClient`) makes the same calls through the real
+    kubernetes-asyncio client with its session no longer looking up a proxy and a .netrc login
+    on a worker thread per request, and sends the runtime's bodies as they are: the Pod stored
+    is the Pod rendered."""
+    api = kubernetes.ApiClient(client.Configuration(host=k8s.url))
+    rt = kubernetes.KubernetesRuntime(api, NS, templates.default_pod_template())
+    loop = asyncio.get_running_loop()
+    hops: list[Any] = []
+    plain = loop.run_in_executor
+
+    def counting(executor: Any, func: Any, *args: Any) -> Any:
+        hops.append(func)
+        return plain(executor, func, *args)
+
+    loop.run_in_executor = counting  # type: ignore[method-assign]
+    try:
+        await rt.launch(spec())
+        [stored] = k8s.objects("pods", NS)
+        await rt.remove("example", "e-42")
+    finally:
+        loop.run_in_executor = plain  # type: ignore[method-assign]
+        await rt.aclose()
+        await api.close()
+    assert hops == []
+    assert api.rest_client.pool_manager.trust_env is False
+    rendered = templates.render_pod(
+        templates.default_pod_template(), spec(), namespace=NS, defaults={}
+    )
+    assert stored["spec"]["containers"] == rendered["spec"]["containers"]
+    assert stored["spec"]["initContainers"] == rendered["spec"]["initContainers"]
+    assert k8s.objects("pods", NS) == [] and k8s.objects("secrets", NS) == []
+
+
+async def test_the_controllers_client_takes_the_environments_proxy_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the library's session would per request: HTTPS_PROXY (with its login) for the API
+    server, unless NO_PROXY names it or the kubeconfig names a proxy of its own."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://ops:pw@proxy.internal:3128")
+    monkeypatch.setenv("NO_PROXY", "kubernetes.default.svc")
+    api = kubernetes.ApiClient(client.Configuration(host="https://api.cluster.example:6443"))
+    assert api.rest_client.proxy == "http://proxy.internal:3128"
+    assert api.rest_client.proxy_headers == {
+        "Proxy-Authorization": "Basic " + base64.b64encode(b"ops:pw").decode()
+    }
+    bypassed = kubernetes.ApiClient(client.Configuration(host="https://kubernetes.default.svc"))
+    assert bypassed.rest_client.proxy is None
+    configured = client.Configuration(host="https://api.cluster.example:6443")
+    configured.proxy = "http://kubeconfig-proxy:8080"
+    own = kubernetes.ApiClient(configured)
+    assert own.rest_client.proxy == "http://kubeconfig-proxy:8080"
+    for each in (api, bypassed, own):
+        await each.close()
