@@ -23,13 +23,7 @@ from tests.support import redis_server, store_server
 from tests.support import s3 as s3_support
 from tests.unit.checkpoints import material
 
-OBJECTS = (
-    material.TRANSCRIPT,
-    material.SESSION,
-    material.BUNDLE,
-    material.PATCH,
-    material.UNTRACKED,
-)
+OBJECTS = material.OBJECTS
 KEY = "registry.local/agent-worker:1.4.2"
 
 

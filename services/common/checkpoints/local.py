@@ -18,9 +18,12 @@ import os
 import pathlib
 import secrets
 import stat
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
+from typing import TypeVar
 
 from services.common.checkpoints import storing
+
+T = TypeVar("T")
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -235,12 +238,22 @@ class LocalStore:
         storing.check_object_name(sha256)
         return await asyncio.to_thread(self._digest, sha256)
 
+    async def digest_objects(
+        self, names: Sequence[str]
+    ) -> list[tuple[str, int] | storing.StoreError | None]:
+        """`digest_object` of each name in one worker thread (small objects: one hop for all)."""
+        for name in names:
+            storing.check_object_name(name)
+        return await asyncio.to_thread(lambda: [_or_error(self._digest, n) for n in names])
+
     def _digest(self, sha256: str) -> tuple[str, int] | None:
         fd = self._open_object(sha256)
         if fd is None:
             return None
         digest, size = hashlib.sha256(), 0
-        buffer = bytearray(storing.CHUNK_SIZE)
+        # A buffer no larger than the file (plus one byte to see its end): zeroing a full
+        # chunk for a small object would cost more than hashing it.
+        buffer = bytearray(min(storing.CHUNK_SIZE, os.fstat(fd).st_size + 1))
         view = memoryview(buffer)
         with io.FileIO(fd, "r", closefd=True) as file:
             # readinto a reused buffer: no allocation per chunk; hashlib drops the GIL on it.
@@ -300,6 +313,14 @@ class LocalStore:
         """Ids of the manifests in this scope, sorted."""
         return await asyncio.to_thread(self._list)
 
+    async def get_manifests(self) -> list[tuple[str, bytes | storing.StoreError | None]]:
+        """Every manifest of the scope, listed and read in one worker thread."""
+
+        def read_all() -> list[tuple[str, bytes | storing.StoreError | None]]:
+            return [(i, _or_error(self._get_manifest, i)) for i in self._list()]
+
+        return await asyncio.to_thread(read_all)
+
     def _list(self) -> list[str]:
         dir_fd = _open_dir(self._root, [*self._parts, "records"], create=False)
         if dir_fd is None:
@@ -310,6 +331,14 @@ class LocalStore:
             os.close(dir_fd)
         ids = (name.removesuffix(".json") for name in names if name.endswith(".json"))
         return sorted(i for i in ids if storing.is_safe_name(i))
+
+
+def _or_error(read: Callable[[str], T], name: str) -> T | storing.StoreError:
+    """`read(name)`, or the `StoreError` it raised (a batch reports each name's own)."""
+    try:
+        return read(name)
+    except storing.StoreError as error:
+        return error
 
 
 async def _drain(chunks: AsyncIterable[bytes], check: storing.UploadCheck, fd: int | None) -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import Protocol, TypeGuard
+from collections.abc import AsyncIterable, AsyncIterator, Sequence
+from typing import Protocol, TypeGuard, runtime_checkable
 
 CHUNK_SIZE = 4 * 1024 * 1024
 """Default read size; large enough that hashlib releases the GIL and syscalls stay rare."""
@@ -185,6 +185,25 @@ class ArtifactStore(Protocol):
 
     async def list_checkpoint_ids(self) -> list[str]:
         """Ids of every manifest in this scope, sorted."""
+        ...
+
+
+@runtime_checkable
+class BatchedReads(Protocol):
+    """A store whose small reads cost less together than one by one (a local folder: each read
+    alone is a hop to a worker thread and back). Optional: a store without these is read one
+    call at a time, with the same results."""
+
+    async def get_manifests(self) -> list[tuple[str, bytes | StoreError | None]]:
+        """`list_checkpoint_ids` and `get_manifest` of each, in one call: (id, the manifest's
+        bytes, or None when it went meanwhile, or the `StoreError` reading it raised)."""
+        ...
+
+    async def digest_objects(
+        self, names: Sequence[str]
+    ) -> list[tuple[str, int] | StoreError | None]:
+        """`digest_object` of each name, in one call, in order (the `StoreError` a name's read
+        raised in its place)."""
         ...
 
 

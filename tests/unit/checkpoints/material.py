@@ -26,6 +26,8 @@ SESSION = b'{"type":"user"}\n'
 BUNDLE = b"# v2 git bundle\n"
 PATCH = b"diff --git a/x b/x\n"
 UNTRACKED = b"remember the milk\n"
+OBJECTS = (TRANSCRIPT, SESSION, BUNDLE, PATCH, UNTRACKED)
+"""Every object the records below name."""
 
 
 def native_record(**overrides: Any) -> dict[str, Any]:
@@ -85,7 +87,7 @@ def legacy_record() -> dict[str, Any]:
 def stocked_store() -> memory_store.MemoryStore:
     """A store holding every object the records above name, and no manifest yet."""
     store = memory_store.MemoryStore(SCOPE)
-    for data in (TRANSCRIPT, SESSION, BUNDLE, PATCH, UNTRACKED):
+    for data in OBJECTS:
         store.add(data)
     return store
 

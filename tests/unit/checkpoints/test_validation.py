@@ -341,3 +341,27 @@ def test_the_reasons_are_exactly_the_spec_codes() -> None:
         "scope_mismatch",
         "identity_mismatch",
     }
+
+
+@pytest.mark.parametrize("mutate", [None, *INVALID.values()], ids=["valid", *INVALID.keys()])
+def test_the_checked_schema_is_the_published_one(mutate: Mutation | None) -> None:
+    """The schema checks run with its references inlined (`records._inlined`): every record,
+    valid or not, gets the answer the published schema gives, and the inlined schema is itself
+    a valid 2020-12 schema."""
+    published = records._STRICT(records.load_schema())
+    records._STRICT.check_schema(records._inlined(records.load_schema()))
+    for record in (material.native_record(), material.context_record(), material.legacy_record()):
+        if mutate is not None:
+            try:
+                mutate(record)
+            except (KeyError, IndexError, TypeError, AttributeError):
+                continue  # a mutation of a field this record kind lacks
+        try:
+            expected = published.is_valid(record)
+        except RecursionError:
+            expected = False
+        try:
+            inlined = records._VALIDATOR.is_valid(record)
+        except RecursionError:
+            inlined = False
+        assert inlined == expected
