@@ -28,7 +28,7 @@ from redis.asyncio.connection import parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from services.common import errors, logs
+from services.common import errors, logs, waiting
 
 log = logging.getLogger("services.redis")
 
@@ -40,6 +40,15 @@ INITIAL_S = 0.5
 
 CAP_S = 30.0
 """The longest wait between two attempts (the backoff doubles up to it)."""
+
+
+class Backoff(waiting.Backoff):
+    """`waiting.Backoff` from `INITIAL_S` up to `CAP_S`: the waits of everything that waits
+    for Redis."""
+
+    def __init__(self, initial_s: float = INITIAL_S, cap_s: float = CAP_S) -> None:
+        super().__init__(initial_s, cap_s)
+
 
 CHECK_EVERY_S = 1.0
 """How often Redis is pinged while it answers (so health follows an outage without traffic)."""
@@ -174,25 +183,6 @@ def address(client: Client) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-class Backoff:
-    """Exponential waits: `initial_s`, doubling on each `next()`, never over `cap_s`."""
-
-    def __init__(self, initial_s: float = INITIAL_S, cap_s: float = CAP_S) -> None:
-        self.initial_s = initial_s
-        self.cap_s = cap_s
-        self._next = initial_s
-
-    def next(self) -> float:
-        """The wait before the next attempt (and double the one after)."""
-        delay = self._next
-        self._next = min(self.cap_s, self._next * 2)
-        return delay
-
-    def reset(self) -> None:
-        """Start again from `initial_s` (after a success)."""
-        self._next = self.initial_s
-
-
 async def wait(event: asyncio.Event, timeout: float) -> bool:
     """Wait for `event` at most `timeout` seconds; True when it is set."""
     with contextlib.suppress(TimeoutError):
@@ -313,16 +303,7 @@ class RedisLink:
             self.up.clear()
             self.down.set()
         self._known.set()
-        for subscriber in list(self._subscribers):
-            try:
-                await subscriber(state)
-            except Exception as exc:
-                logs.event(
-                    log,
-                    "redis_subscriber_failed",
-                    logging.ERROR,
-                    exception=type(exc).__name__,
-                )
+        await waiting.tell(self._subscribers, state, log, "redis_subscriber_failed")
 
     async def _follow(self) -> None:
         backoff = Backoff(self._initial_s, self._cap_s)

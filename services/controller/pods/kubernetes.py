@@ -29,11 +29,9 @@ import contextlib
 import copy
 import dataclasses
 import gc
-import inspect
 import json
 import logging
 import math
-import random
 import time
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -47,7 +45,7 @@ import yarl
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
-from services.common import logs
+from services.common import logs, waiting
 from services.controller.pods import classifying, informing, runtime, templates
 
 logger = logging.getLogger(__name__)
@@ -434,7 +432,7 @@ class KubernetesRuntime:
         sync = feed.sync
         loop = asyncio.get_running_loop()
         cursor = _Cursor()
-        backoff = _Backoff()
+        backoff = _backoff()
         resync_at = loop.time()
         while True:
             try:
@@ -611,22 +609,9 @@ class _Cursor:
         self.version: str | None = None
 
 
-class _Backoff:
+def _backoff() -> waiting.Backoff:
     """Jittered waits from 0.2 s, doubling up to 10 s (many controllers do not retry in step)."""
-
-    def __init__(self) -> None:
-        self._delay = 0.2
-
-    def reset(self) -> None:
-        self._delay = 0.2
-
-    def next(self) -> float:
-        delay = round(self._delay * random.uniform(0.5, 1.5), 3)
-        self._delay = min(self._delay * 2, 10.0)
-        return delay
-
-    async def sleep(self) -> None:
-        await asyncio.sleep(self.next())
+    return waiting.Backoff(0.2, 10.0, jitter=0.5)
 
 
 class _Health:
@@ -645,7 +630,7 @@ class _Health:
         self._told: bool | None = None
         self._telling: set[asyncio.Task[None]] = set()
         self._lock = asyncio.Lock()
-        self._backoff = _Backoff()
+        self._backoff = _backoff()
         self._attempt = 0
         self._since = 0.0
         self._step_ends = 0.0
@@ -703,18 +688,7 @@ class _Health:
         async with self._lock:
             while self.state is not None and self._told is not self.state:
                 state = self._told = self.state
-                for subscriber in list(self.subscribers):
-                    try:
-                        result = subscriber(state)
-                        if inspect.isawaitable(result):
-                            await result
-                    except Exception as exc:
-                        logs.event(
-                            logger,
-                            "kubernetes_subscriber_failed",
-                            logging.ERROR,
-                            exception=type(exc).__name__,
-                        )
+                await waiting.tell(self.subscribers, state, logger, "kubernetes_subscriber_failed")
 
     async def aclose(self) -> None:
         """Let the subscribers hear the last change."""
