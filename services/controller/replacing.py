@@ -243,14 +243,17 @@ async def launch_replacing(
     status = await ctx.writer.launched(
         execution, seat, removed=fence.execution_id if removed and fence else None, at=at
     )
-    logs.event(
-        log,
-        "launched",
-        swarm=ctx.swarm,
-        seat=execution.seat,
-        execution_id=execution.execution_id,
-        generation=execution.generation,
-    )
+    if status == "launched":
+        # Logged by the call that recorded it: a pass racing the apply (or the watch) that
+        # launched the same attempt finds it recorded (`already`) and says nothing.
+        logs.event(
+            log,
+            "launched",
+            swarm=ctx.swarm,
+            seat=execution.seat,
+            execution_id=execution.execution_id,
+            generation=execution.generation,
+        )
     if removed and fence is not None:
         fence = _recorded(ctx, fence, [records.ReleaseKind.POD], at)
     return status == "launched", fence

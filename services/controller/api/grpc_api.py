@@ -201,9 +201,6 @@ class RecoveryService(pb_grpc.RecoveryServicer):
         await self._hub.wait_until_leader(parsed.swarm)
         recovery = await self._hub.recovery(parsed.swarm, create=True)
         applied = await _core(recovery.swarm, recovery.apply_swarm(request.document))
-        logs.event(
-            log, "swarm_applied", swarm=applied.swarm, admitted=len(applied.admitted_executions)
-        )
         return pb.ApplySwarmResponse(
             swarm=applied.swarm,
             admitted_executions=list(applied.admitted_executions),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import collections
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -317,3 +318,22 @@ async def test_grpcurl_lists_the_service_by_reflection_and_reads_the_status(
         "agentihooks.swarm.v2.Recovery/GetSwarmStatus",
     )
     assert code != 0 and "Unauthenticated" in err
+
+
+async def test_an_apply_logs_once_and_each_launch_once(
+    controller: cs.Controller, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator reading the log sees one `swarm_applied` line per ApplySwarm and one
+    `launched` line per attempt, however many passes (or the watch) looked at it meanwhile: a
+    line says what this call recorded."""
+    caplog.set_level(logging.INFO, logger="services")
+    await launched(controller)
+    for _ in range(3):
+        await controller.hub.recoveries["example"].reconcile()
+    fields = [getattr(r, "fields", {}) for r in caplog.records]
+    applied = [f for f in fields if f.get("event") == "swarm_applied"]
+    assert len(applied) == 1 and applied[0]["swarm"] == "example", applied
+    launches = collections.Counter(
+        f["execution_id"] for f in fields if f.get("event") == "launched"
+    )
+    assert launches == {E1: 1, E2: 1}, launches
