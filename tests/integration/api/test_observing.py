@@ -6,8 +6,8 @@ restores", "Observing recovery"; DESIGN.md section 2)."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import collections
+import hashlib
 import json
 import logging
 from collections.abc import AsyncIterator
