@@ -134,7 +134,7 @@ async def test_api_server_gone_mid_recovery_and_back_replaces_the_seat_once(
                     assert pods_of(emulator, swarm) == sorted([replacement, first["eng-2"]])
 
                 await ports.eventually(replaced, timeout=WAIT_S)
-                back = ctl.events("kubernetes_available")
+                back = await ctl.logged("kubernetes_available")
                 assert back and back[-1]["attempts"] >= 3 and back[-1]["address"] == address
 
                 async def serving_again() -> None:

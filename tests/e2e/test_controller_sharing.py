@@ -174,9 +174,13 @@ async def test_three_controllers_split_the_swarms_take_over_from_a_killed_one_an
             running.append(await outage.start_controller(env))
             counts = await split(client, swarms, running[1:])
             assert sorted(counts.values()) == [4, 4, 4], counts
-            assert running[-1].events("lease_acquired"), "the new replica took its share"
-            handed = [e for c in running[1:3] for e in c.events("lease_handed_back")]
-            assert len(handed) >= 4, handed
+            await running[-1].logged("lease_acquired")  # the new replica took its share
+
+            async def handed_back() -> None:
+                handed = [e for c in running[1:3] for e in c.events("lease_handed_back")]
+                assert len(handed) >= 4, handed
+
+            await ports.eventually(handed_back, timeout=WAIT_S)
             await replaced_once(client, emulator, swarms, 3, running[1:])
             assert_pods_once(emulator, swarms, 4)
             for swarm in swarms:
@@ -216,7 +220,8 @@ async def test_a_write_that_reaches_a_replica_without_the_lease_is_forwarded_to_
                 pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
             )
             assert paused.paused
-            assert holder.events("recovery_paused") and not other.events("recovery_paused")
+            await holder.logged("recovery_paused")
+            assert not other.events("recovery_paused")
             await other.stub.UnpauseRecovery(
                 pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
             )
