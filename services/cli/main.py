@@ -254,7 +254,8 @@ async def _dispatch(
             try:
                 # Without --follow: print what is recorded, then stop once the stream is quiet.
                 wait = None if args.follow else IDLE_S
-                event = await asyncio.wait_for(anext(events), wait)
+                async with asyncio.timeout(wait):
+                    event = await anext(events)
             except (TimeoutError, StopAsyncIteration):
                 stream.cancel()
                 return 0

@@ -185,8 +185,11 @@ def address(client: Client) -> str:
 
 async def wait(event: asyncio.Event, timeout: float) -> bool:
     """Wait for `event` at most `timeout` seconds; True when it is set."""
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+    # lands as the event is set, and a loop cancelled that way never ends.
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(event.wait(), timeout)
+        async with asyncio.timeout(timeout):
+            await event.wait()
     return event.is_set()
 
 
@@ -287,7 +290,8 @@ class RedisLink:
 
     async def _probe(self) -> BaseException | None:
         try:
-            await asyncio.wait_for(self._client.ping(), self._probe_timeout_s)
+            async with asyncio.timeout(self._probe_timeout_s):
+                await self._client.ping()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # anything but PONG: Redis does not answer usefully

@@ -241,7 +241,8 @@ class Hub:
         loops = list(self._loops.values())
         for loop in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(loop, timeout=10)
+                async with asyncio.timeout(10):
+                    await loop
         for loop in loops:
             if not loop.done():
                 loop.cancel()

@@ -333,7 +333,8 @@ class Recovery:
         """Let running fast-path recoveries finish first (for at most `GIVE_WAY_S`)."""
         if not self._fast_idle.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._fast_idle.wait(), GIVE_WAY_S)
+                async with asyncio.timeout(GIVE_WAY_S):
+                    await self._fast_idle.wait()
 
     async def _each(
         self, report: PassReport, names: list[str], step: Callable[[str], Awaitable[None]]

@@ -105,7 +105,8 @@ class Capturer:
         """Capture every `interval_s` seconds, or at once when `wake` is set, until cancelled."""
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), interval_s)
+                async with asyncio.timeout(interval_s):
+                    await self.wake.wait()
             self.wake.clear()
             try:
                 await self.capture()

@@ -247,7 +247,8 @@ async def restore_through_sidecar(
     """
     async with grpc.aio.insecure_channel(sidecar_addr) as channel:
         try:
-            await asyncio.wait_for(channel.channel_ready(), wait_s)
+            async with asyncio.timeout(wait_s):
+                await channel.channel_ready()
         except TimeoutError:
             raise SidecarUnavailable("the restorer sidecar did not come up") from None
         stub = restorer_pb2_grpc.RestorerStub(channel)

@@ -462,7 +462,8 @@ class Wake:
             timeout = (self._deadlines[0] - now).total_seconds() if self._deadlines else None
             self._poke.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._poke.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._poke.wait()
 
 
 def trim_pod(pod: Mapping[str, Any]) -> classifying.Pod:

@@ -168,7 +168,8 @@ class Lease:
         finally:
             stop.set()
             try:
-                await asyncio.wait_for(asyncio.shield(task), self.ttl_ms / 1000)
+                async with asyncio.timeout(self.ttl_ms / 1000):
+                    await asyncio.shield(task)
             except TimeoutError:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -237,7 +237,8 @@ async def run_version(executable: str) -> str:
     except OSError:
         raise HarnessError("harness: executable not found") from None
     try:
-        stdout, _ = await asyncio.wait_for(process.communicate(), VERSION_TIMEOUT_S)
+        async with asyncio.timeout(VERSION_TIMEOUT_S):
+            stdout, _ = await process.communicate()
     except TimeoutError:
         process.kill()
         await process.wait()
