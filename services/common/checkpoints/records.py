@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import jsonschema
+import jsonschema_rs
 
 from services.common.checkpoints import reasons
 
@@ -94,36 +95,36 @@ _STRICT = jsonschema.validators.extend(
 )
 
 
-def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
-    """The schema with every local `$ref` (`#/$defs/...`) replaced by what it names (beside
-    sibling keywords, through `allOf`): the same constraints, without a reference lookup per
-    use at each check (they made a third of its cost). The schema has no recursive reference;
-    a cycle would fail here, at import, not at a check."""
-    defs: Mapping[str, Any] = schema.get("$defs", {})
-
-    def inline(node: Any, depth: int) -> Any:
-        if depth > 64:
-            raise ValueError("the checkpoint schema refers to itself")
-        if isinstance(node, list):
-            return [inline(item, depth + 1) for item in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: v if k == "$defs" else inline(v, depth + 1) for k, v in node.items()}
-        ref = out.pop("$ref", None)
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            target = inline(defs[ref.removeprefix("#/$defs/")], depth + 1)
-            if not out:
-                return target
-            out["allOf"] = [*out.get("allOf", []), target]
-        elif ref is not None:
-            out["$ref"] = ref
-        return out
-
-    inlined: dict[str, Any] = inline(schema, 0)
-    return inlined
+_SCHEMA: Final = load_schema()
+_EXACT: Final = _STRICT(_SCHEMA)
+_FAST: Final = jsonschema_rs.Draft202012Validator(_SCHEMA, validate_formats=False)
 
 
-_VALIDATOR: Final = _STRICT(_inlined(load_schema()))
+def _holds_float(record: Mapping[str, Any]) -> bool:
+    """Whether a float appears anywhere in the record (walked without recursion)."""
+    pending: list[Any] = [record]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, float):
+            return True
+        if isinstance(node, dict):
+            pending.extend(node.values())
+        elif isinstance(node, list):
+            pending.extend(node)
+    return False
+
+
+def _schema_valid(record: Mapping[str, Any]) -> bool:
+    """The schema's answer. jsonschema-rs gives it about 75 times faster than the Python
+    validator (half a millisecond a record was a sixth of a native storm's CPU); it counts 1.0
+    as an integer, as the standard does, so a record holding any float is answered by the
+    strict Python validator as well. A record nested too deep for either is invalid."""
+    try:
+        if not _FAST.is_valid(record):
+            return False
+        return not _holds_float(record) or _EXACT.is_valid(record)
+    except (RecursionError, ValueError):
+        return False
 
 
 def check(record: Mapping[str, Any]) -> reasons.Reason | None:
@@ -137,10 +138,7 @@ def check(record: Mapping[str, Any]) -> reasons.Reason | None:
     version = record.get("schema_version")
     if type(version) is not int or version not in SCHEMA_VERSIONS:
         return reasons.Reason.UNSUPPORTED_VERSION
-    try:
-        if not _VALIDATOR.is_valid(record):
-            return reasons.Reason.INVALID_RECORD
-    except RecursionError:
+    if not _schema_valid(record):
         return reasons.Reason.INVALID_RECORD
     if not _consistent(record):
         return reasons.Reason.INVALID_RECORD

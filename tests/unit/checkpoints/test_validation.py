@@ -343,13 +343,28 @@ def test_the_reasons_are_exactly_the_spec_codes() -> None:
     }
 
 
-@pytest.mark.parametrize("mutate", [None, *INVALID.values()], ids=["valid", *INVALID.keys()])
+#: Where the fast validator (jsonschema-rs) and the Python one could part: integers written as
+#: floats or booleans at any depth, and patterns near line ends or outside ASCII.
+DIFFERENTIAL: dict[str, Mutation] = {
+    **INVALID,
+    "float size": lambda r: r["transcript"].update(size=float(r["transcript"]["size"])),
+    "boolean size": lambda r: r["transcript"].update(size=True),
+    "float mode": lambda r: r["source"]["untracked"][0].update(mode=420.0),
+    "float watermark": lambda r: r.update(watermark=float(r["watermark"])),
+    "newline in id": lambda r: r.update(checkpoint_id=r["checkpoint_id"] + "\n"),
+    "non-ASCII digit in hash": lambda r: r["transcript"].update(sha256="\u0663" * 64),
+    "non-ASCII seat": lambda r: r["authority"].update(seat="s\u00e9at"),
+}
+
+
+@pytest.mark.parametrize(
+    "mutate", [None, *DIFFERENTIAL.values()], ids=["valid", *DIFFERENTIAL.keys()]
+)
 def test_the_checked_schema_is_the_published_one(mutate: Mutation | None) -> None:
-    """The schema checks run with its references inlined (`records._inlined`): every record,
-    valid or not, gets the answer the published schema gives, and the inlined schema is itself
-    a valid 2020-12 schema."""
+    """The schema check runs on jsonschema-rs, with floats sent to the Python validator as well
+    (`records._schema_valid`): every record, valid or not, gets the answer the published schema
+    gives under the Python validator with strict integers."""
     published = records._STRICT(records.load_schema())
-    records._STRICT.check_schema(records._inlined(records.load_schema()))
     for record in (material.native_record(), material.context_record(), material.legacy_record()):
         if mutate is not None:
             try:
@@ -360,8 +375,4 @@ def test_the_checked_schema_is_the_published_one(mutate: Mutation | None) -> Non
             expected = published.is_valid(record)
         except RecursionError:
             expected = False
-        try:
-            inlined = records._VALIDATOR.is_valid(record)
-        except RecursionError:
-            inlined = False
-        assert inlined == expected
+        assert records._schema_valid(record) == expected
