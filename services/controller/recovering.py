@@ -181,11 +181,13 @@ class Recovery:
         )
         # One seat is worked on by one pass at a time (a listing pass and the watch's fast path
         # run side by side); `_touched` counts the fast path's visits, so a listing pass can tell
-        # that what it listed of a seat has been overtaken.
+        # that what it listed of a seat has been overtaken, and `_queued` the fast path's seats
+        # not yet done, which a listing pass leaves to it.
         self._seat_locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(
             asyncio.Lock
         )
         self._touched: collections.Counter[str] = collections.Counter()
+        self._queued: collections.Counter[str] = collections.Counter()
         # Set while no fast path runs: a listing pass waits for it between its steps (for at
         # most GIVE_WAY_S), so a failure's recovery does not queue behind a pass's routine work.
         self._fast_idle = asyncio.Event()
@@ -241,9 +243,12 @@ class Recovery:
         report = PassReport(watched=True)
         self._fast_running += 1
         self._fast_idle.clear()
+        self._queued.update(newest.keys())
         try:
             return await self._pass(report, lambda r: self._each(r, sorted(newest), one))
         finally:
+            self._queued.subtract(newest.keys())
+            self._queued += collections.Counter()  # drop the seats at zero
             self._fast_running -= 1
             if self._fast_running == 0:
                 self._fast_idle.set()
@@ -272,11 +277,12 @@ class Recovery:
 
     async def _recover_seats(self, report: PassReport) -> None:
         # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
-        # a large healthy swarm costs one list call, one set read and one hash read. What should
-        # be listed is read before the list: an attempt launched meanwhile is not missing.
+        # a large healthy swarm costs one list call (from the watch's cache) and one round trip
+        # (the attention set and the expected hash). What should be listed is read before the
+        # list: an attempt launched meanwhile is not missing.
         await self._give_way()
         touched = self._touched.copy()
-        expected = await reading.expected(self.client, self.swarm)
+        expected, attention = await reading.before_listing(self.client, self.swarm)
         listed = await self.runtime.list_attempts(self.swarm)
         await self._give_way()
         listing = {a.execution_id: a for a in listed if a.swarm == self.swarm}
@@ -293,9 +299,7 @@ class Recovery:
         missing = {e: n for e, n in expected.items() if e not in present}
         await self._note_listed(expected, listing, present)
         absent_seats = {name for e in missing if (name := keys.seat_of(e)) is not None}
-        names = sorted(
-            set(failed) | set(await reading.attention(self.client, self.swarm)) | absent_seats
-        )
+        names = sorted(set(failed) | set(attention) | absent_seats)
         seats: dict[str, records.Seat] = {
             s.seat: s for s in await reading.seats(self.client, self.swarm, names)
         }
@@ -316,9 +320,10 @@ class Recovery:
         async def one(name: str) -> None:
             await self._give_way()
             lock = self._seat_locks[name]
-            if lock.locked():
+            if lock.locked() or self._queued[name]:
                 # Being recovered from a watch event right now (perhaps held up by a slow
-                # call): that recovery is on it, and the next pass looks again.
+                # call), or waiting its turn to be: that recovery is on it, and the next pass
+                # looks again. (Done twice, a seat costs a handful of reads for nothing.)
                 return
             async with lock:
                 if self._touched[name] != touched[name]:

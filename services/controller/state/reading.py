@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from services.common import redis_link, tokens
@@ -67,8 +67,22 @@ async def attention(client: redis_link.Client, swarm: str) -> list[str]:
 async def expected(client: redis_link.Client, swarm: str) -> dict[str, int]:
     """Execution id -> consecutive passes the runtime's list did not show it, for every attempt
     the list should show (see `keys.expected`)."""
-    raw = await _hash(client, keys.expected(swarm)) or {}
+    return _passes(await _hash(client, keys.expected(swarm)) or {})
+
+
+def _passes(raw: Mapping[str, str]) -> dict[str, int]:
     return {eid: int(passes or "0") for eid, passes in raw.items()}
+
+
+async def before_listing(client: redis_link.Client, swarm: str) -> tuple[dict[str, int], list[str]]:
+    """What a listing pass reads before it lists the runtime: `expected` and `attention`, in
+    one round trip (a pass of each swarm every few seconds: at a hundred swarms, a round trip
+    saved per pass is dozens a second)."""
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(keys.expected(swarm))
+    pipe.smembers(keys.attention(swarm))
+    raw, members = await pipe.execute()
+    return _passes(records.text_hash(raw)), sorted(_text(m) for m in members)
 
 
 async def execution(client: redis_link.Client, swarm: str, eid: str) -> records.Execution | None:

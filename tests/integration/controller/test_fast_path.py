@@ -30,6 +30,18 @@ class Lists(h.FakeRuntime):
         self.hold: asyncio.Event | None = None
         self.listed = asyncio.Event()
 
+        # When set, a launch waits for it (after announcing itself in `launching`).
+        self.launch_hold: asyncio.Event | None = None
+        self.launching: collections.defaultdict[str, asyncio.Event] = collections.defaultdict(
+            asyncio.Event
+        )
+
+    async def launch(self, spec: pods.LaunchSpec) -> None:
+        self.launching[spec.execution_id].set()
+        if self.launch_hold is not None:
+            await self.launch_hold.wait()
+        await super().launch(spec)
+
     async def list_attempts(self, swarm: str) -> list[pods.Attempt]:
         self.lists += 1
         listing = await super().list_attempts(swarm)
@@ -130,6 +142,43 @@ async def test_the_fast_path_beside_a_listing_pass_does_everything_once(
     again = await hx.recovery.reconcile()
     assert not (again.fenced or again.accepted or again.launched or again.errors)
     await once_each(hx, tally)
+
+
+async def test_a_listing_pass_leaves_the_seats_queued_for_the_fast_path_to_it(
+    redis_client: aioredis.Redis, monkeypatch: Any
+) -> None:
+    """The fast path works one seat at a time here and is held in its first seat's launch; a
+    listing pass meanwhile leaves the other failed seat, still queued, to the fast path (no
+    seat is worked on twice). Once the fast path is done, its seats are the passes' again: a
+    later failure of the same seat is fenced by a listing pass."""
+    from services.controller import recovering
+
+    monkeypatch.setattr(recovering, "CONCURRENT_SEATS", 1)
+    monkeypatch.setattr(recovering, "GIVE_WAY_S", 0.0)
+    hx, runtime, tally = await started(redis_client)
+    for seat in ("eng-1", "eng-2"):
+        runtime.fail(first(seat), "application_exit")
+    runtime.launch_hold = asyncio.Event()
+    failed = [runtime.attempts[first(s)] for s in ("eng-1", "eng-2")]
+    fast = asyncio.create_task(hx.recovery.recover_failed(failed))
+    await runtime.launching[second("eng-1")].wait()  # in eng-1's launch; eng-2 waits its turn
+    listing = asyncio.create_task(hx.recovery.reconcile())
+    twice = asyncio.create_task(runtime.launching[second("eng-2")].wait())
+    await asyncio.wait({listing, twice}, return_when=asyncio.FIRST_COMPLETED)
+    assert listing.done() and not twice.done(), "the pass worked on the fast path's seat"
+    twice.cancel()
+    slow = listing.result()
+    assert slow.fenced == [] and slow.launched == [] and not slow.errors, slow
+    runtime.launch_hold.set()
+    done = await fast
+    assert sorted(done.launched) == [second("eng-1"), second("eng-2")], done
+    assert tally.writes["fenced"] == 2 and tally.writes["launched"] == 2, tally.writes
+    for seat in ("eng-1", "eng-2"):
+        assert runtime.launch_calls.count(second(seat)) == 1
+    await hx.recovery.reconcile()  # the lost Pods' removal and the settling, if any is left
+    runtime.fail(second("eng-2"), "oom_killed")
+    later = await hx.recovery.reconcile()
+    assert later.fenced == [second("eng-2")], later
 
 
 async def test_a_listing_pass_and_the_fast_path_racing_on_every_seat(
