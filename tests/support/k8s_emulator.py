@@ -1,6 +1,12 @@
 """A small Kubernetes API server for tests, driven through the real kubernetes-asyncio client.
 
-It serves the core/v1 REST paths the controller uses, for Pods, Secrets and Nodes:
+It serves the REST paths the controller uses, for Pods, Secrets and Nodes, and those `kubectl
+apply -k deploy/k8s/` uses, for the kinds deploy/k8s/ holds (Namespaces, ServiceAccounts,
+ConfigMaps, Services, PersistentVolumeClaims, Deployments, StatefulSets, ReplicaSets, RBAC,
+NetworkPolicies; stored as given, with no controller acting on them yet), with kubectl's
+discovery (``/api``, ``/apis``, each group/version's resource list) and an OpenAPI v3 index
+whose PATCH operations take ``fieldValidation`` (so kubectl validates on the server, which here
+checks what `_validate` checks, not every field):
 
 - ``GET`` collection: list (``labelSelector`` with ``=``, ``==``, ``!=``, ``in``, ``notin``,
   exists and ``!key``; ``fieldSelector`` on ``metadata.name``, ``metadata.namespace``,
@@ -15,8 +21,10 @@ It serves the core/v1 REST paths the controller uses, for Pods, Secrets and Node
   the usual merge keys, JSON patch) and ``DELETE`` (``gracePeriodSeconds``, preconditions,
   finalizers keep an object Terminating, owner references are garbage-collected) of one object;
   ``/status`` (GET/PUT/PATCH, the only way to change a Pod's status, as on a real server) and Pod
-  ``/binding``. Status changes through the main resource are ignored, Pod spec changes other than
-  images are refused, Secret ``stringData`` is folded into base64 ``data``.
+  ``/binding``, a workload's ``/scale``. Status changes through the main resource are ignored,
+  Pod spec changes other than images are refused, Secret ``stringData`` is folded into base64
+  ``data`` and ``data`` is kept as canonical base64 (line breaks dropped, as the real decoder
+  ignores them).
 - Errors are ``Status`` objects with the real reasons and messages (404 ``NotFound``...).
 
 The Python side lets a test play kubelet, scheduler and node: `K8sEmulator.set_pod_status`,
@@ -53,7 +61,43 @@ import pytest_asyncio
 from aiohttp import web
 from kubernetes_asyncio import client
 
-_KINDS = {"pods": ("Pod", True), "secrets": ("Secret", True), "nodes": ("Node", False)}
+# resource -> (kind, namespaced, group/version): what the controller uses (Pods, Secrets, Nodes)
+# and what `kubectl apply -k deploy/k8s/` creates.
+_KINDS = {
+    "pods": ("Pod", True, "v1"),
+    "secrets": ("Secret", True, "v1"),
+    "nodes": ("Node", False, "v1"),
+    "namespaces": ("Namespace", False, "v1"),
+    "serviceaccounts": ("ServiceAccount", True, "v1"),
+    "configmaps": ("ConfigMap", True, "v1"),
+    "services": ("Service", True, "v1"),
+    "persistentvolumeclaims": ("PersistentVolumeClaim", True, "v1"),
+    "events": ("Event", True, "v1"),
+    "deployments": ("Deployment", True, "apps/v1"),
+    "statefulsets": ("StatefulSet", True, "apps/v1"),
+    "replicasets": ("ReplicaSet", True, "apps/v1"),
+    "roles": ("Role", True, "rbac.authorization.k8s.io/v1"),
+    "rolebindings": ("RoleBinding", True, "rbac.authorization.k8s.io/v1"),
+    "clusterroles": ("ClusterRole", False, "rbac.authorization.k8s.io/v1"),
+    "clusterrolebindings": ("ClusterRoleBinding", False, "rbac.authorization.k8s.io/v1"),
+    "networkpolicies": ("NetworkPolicy", True, "networking.k8s.io/v1"),
+}
+# Subresources served beyond /status: Pod /binding and the workloads' /scale.
+_SCALED = frozenset({"deployments", "statefulsets", "replicasets"})
+_SHORT_NAMES = {
+    "pods": ["po"],
+    "nodes": ["no"],
+    "namespaces": ["ns"],
+    "serviceaccounts": ["sa"],
+    "configmaps": ["cm"],
+    "services": ["svc"],
+    "persistentvolumeclaims": ["pvc"],
+    "events": ["ev"],
+    "deployments": ["deploy"],
+    "statefulsets": ["sts"],
+    "replicasets": ["rs"],
+    "networkpolicies": ["netpol"],
+}
 _REASONS = {
     400: "BadRequest",
     401: "Unauthorized",
@@ -183,11 +227,22 @@ class K8sEmulator:
 
     async def _serve(self, port: int) -> int:
         app = web.Application(client_max_size=64 * 2**20)
-        for prefix in ("/api/v1/namespaces/{namespace}", "/api/v1"):
+        app.router.add_get("/version", self._version)
+        app.router.add_get("/api", self._discovery)
+        app.router.add_get("/apis", self._discovery)
+        app.router.add_get("/api/v1", self._discovery)
+        app.router.add_get("/apis/{group}/{version}", self._discovery)
+        app.router.add_get("/openapi/v3", self._openapi)
+        app.router.add_get("/openapi/v3/{path:.+}", self._openapi)
+        for prefix in (
+            "/api/v1/namespaces/{namespace}",
+            "/api/v1",
+            "/apis/{group}/{version}/namespaces/{namespace}",
+            "/apis/{group}/{version}",
+        ):
             app.router.add_route("*", prefix + "/{resource}", self._collection)
             app.router.add_route("*", prefix + "/{resource}/{name}", self._item)
             app.router.add_route("*", prefix + "/{resource}/{name}/{sub}", self._item)
-        app.router.add_get("/version", self._version)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -355,6 +410,112 @@ class K8sEmulator:
     async def _version(self, request: web.Request) -> web.Response:
         return web.json_response({"major": "1", "minor": "31", "gitVersion": "v1.31.0-emulated"})
 
+    async def _openapi(self, request: web.Request) -> web.Response:
+        """OpenAPI v3 as far as kubectl reads it: the root names a document per group/version,
+        and each document's PATCH operations declare ``fieldValidation``, so kubectl leaves
+        validation to the server (``--validate=strict``, its default) instead of downloading
+        schemas. The emulator takes the parameter and checks what `_validate` checks; it does
+        not know every field of every kind, so an unknown field is not refused here."""
+        versions = sorted({v for _, _, v in _KINDS.values()})
+        paths = {("api/" if v == "v1" else "apis/") + v: v for v in versions}
+        wanted = request.match_info.get("path")
+        if wanted is None:
+            return web.json_response(
+                {"paths": {p: {"serverRelativeURL": f"/openapi/v3/{p}?hash=0"} for p in paths}}
+            )
+        version = paths.get(wanted)
+        if version is None:
+            return _status(ApiError(404, "the server could not find the requested resource"))
+        group, _, short = version.rpartition("/")
+        operations: dict[str, Any] = {}
+        for name, (kind, namespaced, gv) in _KINDS.items():
+            if gv != version:
+                continue
+            where = f"/{wanted}/namespaces/{{namespace}}" if namespaced else f"/{wanted}"
+            operations[f"{where}/{name}/{{name}}"] = {
+                "patch": {
+                    "x-kubernetes-group-version-kind": {
+                        "group": group,
+                        "version": short,
+                        "kind": kind,
+                    },
+                    "parameters": [
+                        {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+                    ],
+                    "responses": {"200": {"description": "OK"}},
+                }
+            }
+        return web.json_response(
+            {
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": "v1.31.0-emulated"},
+                "paths": operations,
+            }
+        )
+
+    async def _discovery(self, request: web.Request) -> web.Response:
+        """Legacy (unaggregated) discovery, as kubectl reads it to map kinds to resources:
+        ``/api``, ``/apis``, ``/api/v1`` and ``/apis/GROUP/VERSION``."""
+        host = request.host
+        if request.path == "/api":
+            return web.json_response(
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": host}
+                    ],
+                }
+            )
+        versions = sorted({v for _, _, v in _KINDS.values() if "/" in v})
+        if request.path == "/apis":
+            groups = []
+            for version in versions:
+                group = version.split("/")[0]
+                entry = {"groupVersion": version, "version": version.split("/")[1]}
+                groups.append({"name": group, "versions": [entry], "preferredVersion": entry})
+            return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        group = request.match_info.get("group")
+        version = f"{group}/{request.match_info['version']}" if group else "v1"
+        if version not in {v for _, _, v in _KINDS.values()}:
+            return _status(ApiError(404, "the server could not find the requested resource"))
+        resources = []
+        for name, (kind, namespaced, gv) in sorted(_KINDS.items()):
+            if gv != version:
+                continue
+            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            resources.append(
+                {
+                    "name": name,
+                    "singularName": kind.lower(),
+                    "namespaced": namespaced,
+                    "kind": kind,
+                    "verbs": verbs,
+                    "shortNames": _SHORT_NAMES.get(name, []),
+                }
+            )
+            subresources = ["status"] if name not in ("secrets", "configmaps") else []
+            subresources += ["binding"] if name == "pods" else []
+            subresources += ["scale"] if name in _SCALED else []
+            for sub in subresources:
+                resources.append(
+                    {
+                        "name": f"{name}/{sub}",
+                        "singularName": "",
+                        "namespaced": namespaced,
+                        "kind": "Scale" if sub == "scale" else kind,
+                        "verbs": ["create"] if sub == "binding" else ["get", "patch", "update"],
+                    }
+                )
+        return web.json_response(
+            {
+                "kind": "APIResourceList",
+                "apiVersion": "v1",
+                "groupVersion": version,
+                "resources": resources,
+            }
+        )
+
     async def _collection(self, request: web.Request) -> web.StreamResponse:
         watch = request.query.get("watch", "").lower() in ("true", "1")
         verb = {"GET": "watch" if watch else "list", "POST": "create"}.get(request.method)
@@ -379,12 +540,19 @@ class K8sEmulator:
         try:
             resource, namespace = self._route(request, item=True)
             path = f"{resource}/{sub}" if sub else resource
-            if verb is None or sub not in (None, "status", "binding"):
+            if verb is None or sub not in (None, "status", "binding", "scale"):
                 raise ApiError(405, f"the server does not allow this method on {path}")
-            if (sub == "binding") != (verb == "create") or (sub and resource == "secrets"):
+            if (
+                (sub == "binding") != (verb == "create")
+                or (sub == "binding" and resource != "pods")
+                or (sub == "scale" and resource not in _SCALED)
+                or (sub and resource in ("secrets", "configmaps"))
+            ):
                 raise ApiError(404, "the server could not find the requested resource")
             self._count(f"{verb} {path}")
             entry = self._entry(resource, namespace, name)
+            if sub == "scale":
+                return await self._scale(request, resource, entry, verb)
             if verb == "get":
                 return web.Response(body=entry.raw, content_type="application/json")
             if verb == "delete":
@@ -398,12 +566,44 @@ class K8sEmulator:
         except ApiError as exc:
             return _status(exc)
 
+    async def _scale(
+        self, request: web.Request, resource: str, entry: _Entry, verb: str
+    ) -> web.Response:
+        """A workload's ``/scale`` (autoscaling/v1 Scale): read it, or set ``spec.replicas``
+        through it (PUT or PATCH), as ``kubectl scale`` does."""
+        if verb == "delete":
+            raise ApiError(405, f"the server does not allow this method on {resource}/scale")
+        if verb != "get":
+            body = await _body(request)
+            if verb == "patch":
+                body = _patch(_scale_of(entry.obj), body, request.content_type)
+            replicas = (body.get("spec") or {}).get("replicas") if isinstance(body, dict) else None
+            if type(replicas) is not int or replicas < 0:
+                raise ApiError(
+                    422,
+                    f'Scale.autoscaling "{entry.obj["metadata"]["name"]}" is invalid: '
+                    f"spec.replicas: Invalid value: {replicas!r}",
+                )
+            scaled = copy.deepcopy(entry.obj)
+            scaled["spec"]["replicas"] = replicas
+            self._update(resource, entry, scaled, status_only=False)
+            entry = self._entry(
+                resource, entry.obj["metadata"].get("namespace"), entry.obj["metadata"]["name"]
+            )
+        return self._json(200, _scale_of(entry.obj))
+
     def _route(self, request: web.Request, *, item: bool) -> tuple[str, str | None]:
         resource = request.match_info["resource"]
         namespace = request.match_info.get("namespace")
+        group = request.match_info.get("group")
+        version = f"{group}/{request.match_info['version']}" if group else "v1"
         kind = _KINDS.get(resource)
-        listing_all = not item and request.method == "GET" and resource != "nodes"
-        if kind is None or (kind[1] != (namespace is not None) and not listing_all):
+        listing_all = not item and request.method == "GET" and bool(kind and kind[1])
+        if (
+            kind is None
+            or kind[2] != version
+            or (kind[1] != (namespace is not None) and not listing_all)
+        ):
             raise ApiError(404, "the server could not find the requested resource")
         return resource, namespace
 
@@ -439,8 +639,8 @@ class K8sEmulator:
                     break
                 raws.append(entry.raw)
                 last = key
-        kind = _KINDS[resource][0]
-        head = f'{{"kind":"{kind}List","apiVersion":"v1","metadata":{{"resourceVersion":'
+        kind, _, version = _KINDS[resource]
+        head = f'{{"kind":"{kind}List","apiVersion":"{version}","metadata":{{"resourceVersion":'
         body = b"".join((f'{head}"{self._rv}"{more}}},"items":['.encode(), b",".join(raws), b"]}"))
         return web.Response(body=body, content_type="application/json")
 
@@ -501,7 +701,7 @@ class K8sEmulator:
                 await self._flowing.wait()
                 await response.write(line)
             if bookmarks:
-                mark = {"kind": _KINDS[resource][0], "apiVersion": "v1"}
+                mark = {"kind": _KINDS[resource][0], "apiVersion": _KINDS[resource][2]}
                 mark["metadata"] = {"resourceVersion": str(self._rv)}  # type: ignore[assignment]
                 await response.write(_line("BOOKMARK", json.dumps(mark).encode()))
         except (ConnectionError, RuntimeError):
@@ -572,6 +772,13 @@ class K8sEmulator:
                 )
             _validate(_KINDS[resource][0], resource, new)
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        if resource == "secrets":
+            new["data"] = _canonical_data(new.get("data"))
+        if resource in _SCALED:
+            # The workload's generation counts its spec's changes, not its status's.
+            generation = int(old["metadata"].get("generation") or 1)
+            changed = new.get("spec") != old.get("spec")
+            new["metadata"]["generation"] = generation + 1 if changed else generation
         if new == old:
             return old
         stored = self._put(resource, entry, new)
@@ -661,7 +868,9 @@ class K8sEmulator:
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", _now())
         body.setdefault("kind", _KINDS[resource][0])
-        body.setdefault("apiVersion", "v1")
+        body.setdefault("apiVersion", _KINDS[resource][2])
+        if resource in _SCALED:
+            meta["generation"] = 1
         if resource == "secrets":
             data = body.setdefault("data", {})
             for key, value in (body.pop("stringData", None) or {}).items():
@@ -673,6 +882,8 @@ class K8sEmulator:
         """Store a new version of an object and tell the watchers."""
         if resource == "secrets" and "stringData" in body:
             body = self._stamp(resource, body)
+        if resource == "secrets":
+            body["data"] = _canonical_data(body.get("data"))
         self._rv += 1
         body["metadata"]["resourceVersion"] = str(self._rv)
         raw = json.dumps(body, separators=(",", ":")).encode()
@@ -957,11 +1168,43 @@ def _validate(kind: str, resource: str, body: dict[str, Any]) -> None:
     if resource == "secrets":
         for key, value in (body.get("data") or {}).items():
             try:
-                base64.b64decode(value, validate=True)
+                _secret_bytes(value)
             except (binascii.Error, TypeError, ValueError):
                 problems.append(f"data[{key}]: Invalid value: illegal base64 data")
     if problems:
         raise ApiError(422, f'{kind} "{name}" is invalid: {"; ".join(problems)}')
+
+
+def _secret_bytes(value: Any) -> bytes:
+    """A Secret's data value decoded as the API server's JSON decoder does: standard base64,
+    line breaks ignored (kustomize wraps long values at 76 characters)."""
+    if not isinstance(value, str):
+        raise TypeError("a Secret's data value is a string")
+    return base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
+
+
+def _canonical_data(data: Any) -> dict[str, str]:
+    """A Secret's data as the server keeps it, bytes, served again in canonical base64 (the
+    line breaks kustomize writes into long values are gone)."""
+    return {k: base64.b64encode(_secret_bytes(v)).decode() for k, v in (data or {}).items()}
+
+
+def _scale_of(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A workload's Scale: its replicas wanted and seen, and its selector as a string."""
+    meta = obj["metadata"]
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    labels = ",".join(f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items()))
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: meta[k]
+            for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
+            if k in meta
+        },
+        "spec": {"replicas": (obj.get("spec") or {}).get("replicas", 1)},
+        "status": {"replicas": (obj.get("status") or {}).get("replicas", 0), "selector": labels},
+    }
 
 
 def _without_images(spec: Any) -> Any:

@@ -1,0 +1,239 @@
+"""Section 8 of the operator guide, run as written with the real kubectl against the Kubernetes
+API emulator (its discovery, OpenAPI v3 and workload kinds, as kubectl reads them).
+
+Each command is taken from the guide's text: the secrets and the bucket written, `kubectl apply
+-k deploy/k8s/` from a copy of the repository's deploy/, `get pods`, `scale`, the provider key's
+Secret, and the overlay that replaces the worker Pod template. The objects kubectl created are
+compared with what `kubectl kustomize` renders from the same files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import pathlib
+import re
+from collections.abc import Mapping
+
+import pytest
+import yaml
+
+from services.controller.pods import templates
+from tests.support.k8s_emulator import K8sEmulator
+from tests.unit import test_deploy_manifests as k8s
+
+NAMESPACE = "agentihooks"
+RESOURCES = {
+    "Namespace": "namespaces",
+    "ServiceAccount": "serviceaccounts",
+    "Role": "roles",
+    "RoleBinding": "rolebindings",
+    "ClusterRole": "clusterroles",
+    "ClusterRoleBinding": "clusterrolebindings",
+    "ConfigMap": "configmaps",
+    "Secret": "secrets",
+    "Service": "services",
+    "Deployment": "deployments",
+    "StatefulSet": "statefulsets",
+    "NetworkPolicy": "networkpolicies",
+}
+
+
+class Operator:
+    """A shell in a copy of the repository's deploy/, with kubectl pointed at the emulator."""
+
+    def __init__(self, root: pathlib.Path, emulator: K8sEmulator) -> None:
+        self.root = root
+        self.emulator = emulator
+        kubectl = pathlib.Path(k8s.kubectl())
+        kubeconfig = root / "kubeconfig"
+        kubeconfig.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "emulator", "cluster": {"server": emulator.url}}],
+                    "users": [{"name": "operator", "user": {}}],
+                    "contexts": [
+                        {"name": "emulator", "context": {"cluster": "emulator", "user": "operator"}}
+                    ],
+                    "current-context": "emulator",
+                }
+            )
+        )
+        self.env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "KUBECACHEDIR": str(root / "kube-cache"),
+            "PATH": f"{kubectl.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        k8s.copy_deploy(root / "deploy" / "k8s")
+
+    async def run(self, script: str) -> str:
+        """Run `script` with bash (-eu, pipefail) from the copy's root; its output, or fail
+        with both streams. kubectl runs beside the emulator's event loop, not blocking it."""
+        process = await asyncio.create_subprocess_exec(
+            "bash",
+            "-euo",
+            "pipefail",
+            "-c",
+            script,
+            cwd=self.root,
+            env=self.env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        async with asyncio.timeout(300):
+            out, err = await process.communicate()
+        if process.returncode != 0:
+            pytest.fail(
+                f"exit {process.returncode} from:\n{script}\nstdout:\n{out.decode()}\n"
+                f"stderr:\n{err.decode()}"
+            )
+        return out.decode()
+
+    async def prepare(self) -> None:
+        """The guide's secrets and bucket steps, as written."""
+        await self.run(k8s.shell_block("deploy/k8s/secrets/keys.env <<EOF"))
+        await self.run(k8s.shell_block("AGENTIHOOKS_S3_ENDPOINT_URL=http://minio"))
+
+    def stored(self, kind: str, name: str) -> Mapping[str, object] | None:
+        namespace = None if kind in k8s.CLUSTER_SCOPED else NAMESPACE
+        found: Mapping[str, object] | None = self.emulator.get(RESOURCES[kind], name, namespace)
+        return found
+
+
+def decoded(data: object) -> dict[str, bytes]:
+    assert isinstance(data, dict)
+    return {k: base64.b64decode(v.replace("\n", "")) for k, v in data.items()}
+
+
+def guide_lines(block_containing: str, *, leaving_out: str | None = None) -> str:
+    """The lines of one of section 8's shell blocks (without those containing `leaving_out`)."""
+    lines = k8s.shell_block(block_containing).splitlines()
+    return "\n".join(line for line in lines if leaving_out is None or leaving_out not in line)
+
+
+def inline_command(prefix: str) -> str:
+    """The one command of section 8 written inline (in backticks) that starts with `prefix`."""
+    found = re.findall(rf"`({re.escape(prefix)}[^`]*)`", k8s.section_8())
+    assert len(set(found)) == 1, f"section 8 has {found!r} for {prefix!r}"
+    return str(found[0])
+
+
+@pytest.fixture
+async def operator(k8s_emulator: K8sEmulator, tmp_path: pathlib.Path) -> Operator:
+    person = Operator(tmp_path, k8s_emulator)
+    await person.prepare()
+    return person
+
+
+async def test_apply_creates_every_rendered_object_and_applying_again_changes_nothing(
+    operator: Operator,
+) -> None:
+    """`kubectl apply -k deploy/k8s/` and `get pods`, as the guide writes them: every object
+    kustomize renders from the operator's files is created in its namespace (or cluster-wide),
+    with the operator's keys and bucket endpoint; a second apply changes none of them."""
+    # `rollout status` waits for Pods the emulator's workload kinds do not create.
+    script = guide_lines("kubectl apply -k deploy/k8s/\n", leaving_out="rollout status")
+    assert "kubectl apply -k deploy/k8s/" in script and "get pods" in script
+    output = await operator.run(script)
+    rendered = k8s.render(operator.root / "deploy" / "k8s")
+    assert {o["kind"] for o in rendered} == set(RESOURCES)
+    for obj in rendered:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        stored = operator.stored(kind, name)
+        assert stored is not None, f"{kind} {name} was not created"
+        assert f"/{name} created" in output, output
+        for field in ("spec", "data", "rules", "subjects", "roleRef"):
+            want, got = obj.get(field), stored.get(field)
+            if kind == "Secret" and field == "data":
+                # kustomize wraps long base64 values; the server keeps the bytes.
+                want, got = decoded(want), decoded(got)
+            assert got == want, f"{kind} {name}: {field} differs"
+    objects = k8s.Rendered(rendered, {}, operator.root / "deploy" / "k8s")
+    keys = objects.generated("Secret", "agentihooks-keys")
+    written = dict(
+        line.split("=", 1)
+        for line in (operator.root / "deploy/k8s/secrets/keys.env").read_text().splitlines()
+    )
+    stored_keys = operator.stored("Secret", keys["metadata"]["name"])
+    assert stored_keys is not None
+    data = stored_keys["data"]
+    assert isinstance(data, dict)
+    assert base64.b64decode(data["operator-token"]).decode() == written["operator-token"]
+    settings_map = operator.stored(
+        "ConfigMap", objects.generated("ConfigMap", "agentihooks-settings")["metadata"]["name"]
+    )
+    assert settings_map is not None
+    assert settings_map["data"]["AGENTIHOOKS_S3_ENDPOINT_URL"] == "http://minio.minio.svc:9000"  # type: ignore[index]
+    # Applying again changes nothing. kubectl compares text, and kustomize wraps base64 values
+    # longer than 76 characters (the grant key) where the server keeps only the bytes: that
+    # Secret is reported `configured`, as on a real cluster, with the same content.
+    before = decoded(stored_keys["data"])
+    again = await operator.run("kubectl apply -k deploy/k8s/")
+    wrapped = f"secret/{keys['metadata']['name']} configured"
+    assert wrapped in again, again
+    assert again.count(" unchanged") == len(rendered) - 1, again
+    after = operator.stored("Secret", keys["metadata"]["name"])
+    assert after is not None and decoded(after["data"]) == before
+
+
+async def test_scaling_the_controller_and_the_provider_key_secret(operator: Operator) -> None:
+    """The guide's `kubectl scale` sets the controller Deployment's replicas through its scale
+    subresource (until the next apply, unless an overlay keeps the count, as the guide says),
+    and its `kubectl create secret` stores the provider key."""
+    await operator.run("kubectl apply -k deploy/k8s/")
+    scale = inline_command("kubectl -n agentihooks scale deployment/agentihooks-controller")
+    assert "--replicas=3" in scale
+    await operator.run(scale)
+    controller = operator.stored("Deployment", "agentihooks-controller")
+    assert controller is not None and controller["spec"]["replicas"] == 3  # type: ignore[index]
+    # As the guide warns, the next apply sets the manifest's count again; an overlay's
+    # `replicas:` entry keeps it.
+    await operator.run("kubectl apply -k deploy/k8s/")
+    controller = operator.stored("Deployment", "agentihooks-controller")
+    assert controller is not None and controller["spec"]["replicas"] == 2  # type: ignore[index]
+    overlay = operator.root / "my-deploy"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        "resources: [../deploy/k8s]\nreplicas:\n  - {name: agentihooks-controller, count: 3}\n"
+    )
+    await operator.run("kubectl apply -k my-deploy/")
+    controller = operator.stored("Deployment", "agentihooks-controller")
+    assert controller is not None and controller["spec"]["replicas"] == 3  # type: ignore[index]
+    await operator.run(inline_command("kubectl -n agentihooks create secret generic anthropic"))
+    key = operator.stored("Secret", "anthropic")
+    assert key is not None
+    assert key["data"] == {"api-key": base64.b64encode(b"YOUR-KEY").decode()}
+
+
+async def test_the_overlay_replaces_the_worker_pod_template(operator: Operator) -> None:
+    """The guide's overlay block, run as written, applies the system with its own copy of the
+    template; once the operator edits the copy (the provider key, as the guide shows) and
+    applies the overlay again, the controller mounts the edited template."""
+    await operator.run(k8s.shell_block("cat > my-deploy/kustomization.yaml"))
+    controller = operator.stored("Deployment", "agentihooks-controller")
+    assert controller is not None
+    template_path = operator.root / "my-deploy" / "worker-pod.yaml"
+    template = yaml.safe_load(template_path.read_text())
+    assert template == templates.default_pod_template()
+    entry = re.search(r"`(- \{name: ANTHROPIC_API_KEY[^`]*)`", k8s.section_8())
+    assert entry is not None, "section 8 shows the provider key's env entry"
+    (worker,) = [c for c in template["spec"]["containers"] if c["name"] == "worker"]
+    worker.setdefault("env", []).extend(yaml.safe_load(entry.group(1)))
+    template_path.write_text(yaml.safe_dump(template))
+    await operator.run("kubectl apply -k my-deploy/")
+    controller = operator.stored("Deployment", "agentihooks-controller")
+    assert controller is not None
+    volumes = controller["spec"]["template"]["spec"]["volumes"]  # type: ignore[index]
+    mounted = [v["configMap"]["name"] for v in volumes if "configMap" in v]
+    maps = [
+        m
+        for m in operator.emulator.objects("configmaps", NAMESPACE)
+        if m["metadata"]["name"] in mounted
+        and m["metadata"]["name"].startswith("agentihooks-worker-pod-template")
+    ]
+    assert len(maps) == 1, mounted
+    assert yaml.safe_load(maps[0]["data"]["worker-pod.yaml"]) == template
