@@ -774,6 +774,8 @@ class K8sEmulator:
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if resource == "secrets":
             new["data"] = _canonical_data(new.get("data"))
+        if resource in _SCALED and not status_only:
+            _defaulted(resource, new)
         if resource in _SCALED:
             # The workload's generation counts its spec's changes, not its status's.
             generation = int(old["metadata"].get("generation") or 1)
@@ -871,6 +873,7 @@ class K8sEmulator:
         body.setdefault("apiVersion", _KINDS[resource][2])
         if resource in _SCALED:
             meta["generation"] = 1
+            _defaulted(resource, body)
         if resource == "secrets":
             data = body.setdefault("data", {})
             for key, value in (body.pop("stringData", None) or {}).items():
@@ -1181,6 +1184,28 @@ def _secret_bytes(value: Any) -> bytes:
     if not isinstance(value, str):
         raise TypeError("a Secret's data value is a string")
     return base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
+
+
+def _defaulted(resource: str, body: dict[str, Any]) -> None:
+    """The defaults the API server writes into a workload's spec (those kubectl reads)."""
+    spec = body.setdefault("spec", {})
+    spec.setdefault("replicas", 1)
+    if resource == "deployments":
+        spec.setdefault(
+            "strategy",
+            {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"},
+            },
+        )
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+    elif resource == "statefulsets":
+        spec.setdefault(
+            "updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
+        )
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        spec.setdefault("revisionHistoryLimit", 10)
 
 
 def _canonical_data(data: Any) -> dict[str, str]:

@@ -22,7 +22,6 @@ import pathlib
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +38,7 @@ from services.controller.api import http_api
 from services.controller.pods import runtime, templates
 from services.restorer import entry as restorer_entry
 from services.restorer import local_worker
+from tests.support import kubectl as kubectl_support
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "k8s"
@@ -188,25 +188,7 @@ def host_of(address: str) -> str:
 @functools.cache
 def kubectl() -> str:
     """The kubectl binary (with kustomize v5), or fail the test saying what is missing."""
-    venv_bin = pathlib.Path(sys.executable).parent
-    found = str(venv_bin / "kubectl") if (venv_bin / "kubectl").exists() else None
-    found = found or shutil.which("kubectl")
-    if found is None:
-        pytest.fail(
-            "kubectl is required to render deploy/k8s/ and was not found on PATH: install "
-            "kubectl 1.27 or later (it embeds kustomize v5)"
-        )
-    version = subprocess.run(
-        [found, "version", "--client"], capture_output=True, text=True, timeout=60, check=False
-    ).stdout
-    match = re.search(r"Kustomize Version: v(\d+)", version)
-    if match is None or int(match.group(1)) < 5:
-        first = version.splitlines()[0] if version else "no version"
-        pytest.fail(
-            f"{found} ({first}) does not embed kustomize v5, which deploy/k8s/ needs: install "
-            "kubectl 1.27 or later (Debian bookworm's kubernetes-client is 1.20)"
-        )
-    return found
+    return kubectl_support.binary()
 
 
 def dummy_secrets(folder: pathlib.Path) -> dict[str, dict[str, str]]:
