@@ -109,6 +109,11 @@ async def test_a_deployment_rolls_out_once_its_pods_run_and_a_new_template_repla
     (kubelet,) = running.kubelets.values()
     for pod in pods:
         assert kubelet.pid(NS, pod["metadata"]["name"], "main") is not None
+    # `kubectl get pods` prints the server's table, each Pod 1/1 Running.
+    shown = await operator.run("kubectl get pods")
+    for pod in pods:
+        (line,) = [li for li in shown.splitlines() if li.startswith(pod["metadata"]["name"])]
+        assert line.split()[1:4] == ["1/1", "Running", "0"], shown
 
     await operator.run("kubectl set env deployment/web COLOR=blue")
     out = await operator.run(f"kubectl rollout status deployment/web --timeout={DEADLINE_S}s")

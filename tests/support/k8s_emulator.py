@@ -639,10 +639,59 @@ class K8sEmulator:
                     break
                 raws.append(entry.raw)
                 last = key
+        if resource == "pods" and "as=Table" in request.headers.get("Accept", ""):
+            shown = [json.loads(raw) for raw in raws]
+            return self._table(request, shown, more)
         kind, _, version = _KINDS[resource]
         head = f'{{"kind":"{kind}List","apiVersion":"{version}","metadata":{{"resourceVersion":'
         body = b"".join((f'{head}"{self._rv}"{more}}},"items":['.encode(), b",".join(raws), b"]}"))
         return web.Response(body=body, content_type="application/json")
+
+    def _table(self, request: web.Request, pods: list[dict[str, Any]], more: str) -> web.Response:
+        """Pods as a meta.k8s.io/v1 Table, as ``kubectl get pods`` asks for them (server-side
+        printing): the columns NAME, READY, STATUS, RESTARTS, AGE (and IP, NODE for ``-o wide``),
+        the rows worked out as the API server's printer does."""
+        include = request.query.get("includeObject", "Metadata")
+        rows = []
+        for pod in pods:
+            if include == "Object":
+                shown: Any = pod
+            else:
+                shown = {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": pod["metadata"],
+                }
+            rows.append({"cells": _pod_cells(pod), "object": shown})
+        columns = [
+            ("Name", "string", 0),
+            ("Ready", "string", 0),
+            ("Status", "string", 0),
+            ("Restarts", "string", 0),
+            ("Age", "string", 0),
+            ("IP", "string", 1),
+            ("Node", "string", 1),
+        ]
+        meta: dict[str, Any] = {"resourceVersion": str(self._rv)}
+        if more:
+            meta["continue"] = json.loads("{" + more.lstrip(",") + "}")["continue"]
+        table = {
+            "kind": "Table",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta,
+            "columnDefinitions": [
+                {
+                    "name": n,
+                    "type": t,
+                    "format": "name" if n == "Name" else "",
+                    "description": "",
+                    "priority": p,
+                }
+                for n, t, p in columns
+            ],
+            "rows": rows,
+        }
+        return self._json(200, table)
 
     async def _watch(
         self, request: web.Request, resource: str, namespace: str | None
@@ -1206,6 +1255,49 @@ def _defaulted(resource: str, body: dict[str, Any]) -> None:
         )
         spec.setdefault("podManagementPolicy", "OrderedReady")
         spec.setdefault("revisionHistoryLimit", 10)
+
+
+def _pod_cells(pod: Mapping[str, Any]) -> list[Any]:
+    """A Pod's row as ``kubectl get pods`` shows it: ready containers, the status word (a
+    container's waiting or terminated reason over the phase, Terminating while deleted),
+    restarts, age, IP and node."""
+    status = pod.get("status") or {}
+    containers = (pod.get("spec") or {}).get("containers") or ()
+    statuses = status.get("containerStatuses") or ()
+    ready = sum(1 for c in statuses if c.get("ready"))
+    word = status.get("reason") or status.get("phase") or "Pending"
+    for entry in statuses:
+        state = entry.get("state") or {}
+        if (state.get("waiting") or {}).get("reason"):
+            word = state["waiting"]["reason"]
+        elif (state.get("terminated") or {}).get("reason"):
+            word = state["terminated"]["reason"]
+    if word == "Pending" and (pod.get("spec") or {}).get("nodeName"):
+        word = "ContainerCreating" if not statuses else word
+    if pod["metadata"].get("deletionTimestamp"):
+        word = "Terminating"
+    restarts = sum(int(c.get("restartCount") or 0) for c in statuses)
+    return [
+        pod["metadata"]["name"],
+        f"{ready}/{len(containers)}",
+        word,
+        str(restarts),
+        _age(pod["metadata"].get("creationTimestamp")),
+        status.get("podIP") or "<none>",
+        (pod.get("spec") or {}).get("nodeName") or "<none>",
+    ]
+
+
+def _age(stamp: str | None) -> str:
+    """How long ago, as kubectl writes it: 45s, 12m, 5h, 3d."""
+    if not stamp:
+        return "<unknown>"
+    then = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    seconds = max(0, int((datetime.datetime.now(datetime.UTC) - then).total_seconds()))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * 2:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
 
 
 def _canonical_data(data: Any) -> dict[str, str]:
