@@ -2,9 +2,10 @@
 
 `Kubelet` plays one node against an API server's REST API only (aiohttp, the way a real kubelet
 talks to the API server): it registers its Node (``Ready`` True), watches the Pods bound to it
-(``fieldSelector=spec.nodeName=<node>``), reads Secrets, writes each Pod's status through
-``pods/{name}/status`` and finishes graceful deletions with a delete at grace 0. `Scheduler`
-binds unbound Pods to a ready node through the Pod ``/binding`` subresource.
+(``fieldSelector=spec.nodeName=<node>``), reads Secrets, ConfigMaps and PersistentVolumeClaims,
+writes each Pod's status through ``pods/{name}/status`` and finishes graceful deletions with a
+delete at grace 0. `Scheduler` binds unbound Pods to a ready node through the Pod ``/binding``
+subresource.
 
 What a Pod gets, as the kubelet and a container runtime would give it:
 
@@ -13,10 +14,14 @@ What a Pod gets, as the kubelet and a container runtime would give it:
   project's console scripts such as ``agentihooks-restorer`` resolve) then
   ``/usr/local/bin:/usr/bin:/bin``; ``HOSTNAME`` is the Pod name and ``HOME`` the user's home from
   /etc/passwd (``/`` when it has none), unless ``env`` sets them. ``env`` takes ``value`` (with
-  ``$(VAR)`` expansion), ``valueFrom.secretKeyRef``, ``fieldRef`` and ``resourceFieldRef``;
-  ``envFrom`` takes ``secretRef``. A missing Secret or key leaves the container ``waiting`` with
-  reason ``CreateContainerConfigError`` (retried every ``config_retry`` seconds, so it starts once
-  the Secret appears); so does ``runAsNonRoot`` with user 0. ``workingDir`` is created if missing.
+  ``$(VAR)`` expansion), ``valueFrom.secretKeyRef``, ``valueFrom.configMapKeyRef`` (a key of the
+  ConfigMap's ``data``), ``fieldRef`` and ``resourceFieldRef``; ``envFrom`` takes ``secretRef``
+  and ``configMapRef`` (every key of ``data``; ``binaryData`` is not used), each with ``prefix``,
+  and ``env`` wins over it. A missing Secret, ConfigMap or key leaves the container ``waiting``
+  with reason ``CreateContainerConfigError`` (message ``secret "x" not found``, ``configmap "x"
+  not found`` or ``couldn't find key k in ConfigMap ns/x``; retried every ``config_retry``
+  seconds, so it starts once the object appears) unless the reference is ``optional``, which is
+  then skipped; so does ``runAsNonRoot`` with user 0. ``workingDir`` is created if missing.
 - Each Pod has a mount namespace and a UTS namespace (``unshare --mount --uts --propagation
   private``, held by a sandbox process as the pause container holds a real Pod's namespaces; the
   hostname is the Pod's name). Inside it every container gets
@@ -26,12 +31,22 @@ What a Pod gets, as the kubelet and a container runtime would give it:
   nothing is created, mounted over or changed on the host; every mount lives in the namespace and
   disappears with it. Volumes: ``emptyDir`` (a folder per Pod under the kubelet's root, mode 0777,
   group ``fsGroup``; ``medium: Memory`` is a tmpfs in the namespace), ``secret`` (files from the
-  Secret's data, mode ``defaultMode``/``items[].mode``, 0644 by default, mounted read-only) and
-  ``hostPath``; ``readOnly`` and ``subPath`` mounts. The containers of a Pod share a volume's
-  folder, so they see the same contents. Image paths (the project, its venv, the Python
-  installation) stay traversable by any user, and stay visible under a volume mounted on one of
-  their parents (such as the worker template's ``/work``): they are bound back over the volume,
-  which then shows an empty mount-point folder for them.
+  Secret's data) and ``configMap`` (files from the ConfigMap's ``data`` as UTF-8 text and its
+  ``binaryData`` decoded), both every key or ``items`` (key -> path, ``mode``), mode
+  ``defaultMode``/``items[].mode``, 0644 by default, mounted read-only, ``optional`` honoured;
+  ``persistentVolumeClaim`` (``claimName`` read from the Pod's namespace; its data is the folder
+  ``<root>/claims/<namespace>/<claim>`` on this machine, `Kubelet.claim_path`, mode 0777, given to
+  ``fsGroup`` as a kubelet does: group and group read/write on every file, set-group-ID folders,
+  ``fsGroupChangePolicy: OnRootMismatch`` honoured; kept when the Pod is deleted, so the next Pod
+  with the claim, such as a StatefulSet's replacement, sees the same files; ``readOnly`` makes
+  the mount read-only) and ``hostPath``; ``readOnly`` and ``subPath`` mounts. A missing Secret,
+  ConfigMap (not ``optional``), item key or claim keeps every container of the Pod ``waiting``
+  with reason ``ContainerCreating`` and the Pod's status ``message`` saying what is missing
+  (retried every ``config_retry`` seconds, so the Pod starts once it appears). The containers of
+  a Pod share a volume's folder, so they see the same contents. Image paths (the project, its
+  venv, the Python installation) stay traversable by any user, and stay visible under a volume
+  mounted on one of their parents (such as the worker template's ``/work``): they are bound back
+  over the volume, which then shows an empty mount-point folder for them.
 - ``securityContext``: ``runAsUser``/``runAsGroup`` (setuid/setgid, from the container or the
   Pod), ``fsGroup`` and ``supplementalGroups`` as supplementary groups, ``runAsNonRoot``,
   ``allowPrivilegeEscalation: false`` (no_new_privs). Capabilities, seccomp and
@@ -65,22 +80,28 @@ What a Pod gets, as the kubelet and a container runtime would give it:
   group), stops the kubelet's own work and sets the Node's conditions ``Unknown`` as the node
   controller would; `Kubelet.start` thaws it and posts ``Ready`` True again.
 - Each container run's stdout and stderr go to one log file (`Kubelet.logs`, like
-  ``kubectl logs [--previous]``); logs are kept until the kubelet closes, volumes until the Pod is
-  deleted.
+  ``kubectl logs [--previous]``); logs and claims' folders are kept until the kubelet closes,
+  other volumes until the Pod is deleted.
 
 Not emulated: networking (every Pod shares the host's network: podIP 127.0.0.1, ports can
 collide), PID and IPC namespaces (a container's main process is not PID 1), images and pulls,
-CPU limits, lifecycle hooks, ConfigMaps, projected and other volume types, ephemeral
-containers, in-place updates, evictions. Secret volumes are files under the kubelet's folder
-(not a tmpfs); a ``hostPath`` of type ``DirectoryOrCreate`` is created on the host, as it is by
-a kubelet.
+CPU limits, lifecycle hooks, projected, downwardAPI and other volume types, ephemeral
+containers, in-place updates, evictions. Secret and ConfigMap volumes are files under the
+kubelet's folder (not a tmpfs), written when the Pod starts and not updated when the object
+changes. A claim is only a folder on this machine, one per kubelet (like a local volume: a Pod
+on another node sees another folder): no PersistentVolume or binding (the claim's ``status`` is
+neither read nor written), no capacity, StorageClass or access-mode enforcement (any number of
+Pods may mount it read-write), and its data stays when the claim is deleted (a claim made again
+with the same name sees it). A
+``hostPath`` of type ``DirectoryOrCreate`` is created on the host, as it is by a kubelet.
 
 API: `Kubelet` (``start``, ``stop``, ``close``, ``logs``, ``log_path``, ``volume_path``,
-``pid``, ``pod_uids``, ``wait_for_pod``, ``memory_cgroup``, ``stopped``), `Scheduler` (``bound``),
-`cluster` (a scheduler and a kubelet per node for an emulator, for demos and benchmarks),
-`container_status`, `condition`, `parse_quantity`, `unsupported_reason`. `Kubelet` and
-`Scheduler` are async context managers; closing a kubelet kills every process it started (by
-process group and by cgroup), removes its cgroups and its folders, even when a test fails.
+``claim_path``, ``pid``, ``pod_uids``, ``wait_for_pod``, ``memory_cgroup``, ``stopped``),
+`Scheduler` (``bound``), `cluster` (a scheduler and a kubelet per node for an emulator, for
+demos and benchmarks), `container_status`, `condition`, `parse_quantity`, `unsupported_reason`.
+`Kubelet` and `Scheduler` are async context managers; closing a kubelet kills every process it
+started (by process group and by cgroup), removes its cgroups and its folders (claims' included),
+even when a test fails.
 Fixtures: ``kube_scheduler`` and ``kubelet`` (node ``node-1``, with the scheduler; import them
 into a conftest). Needs root, cgroup v1 memory and ``unshare``: see `unsupported_reason`.
 """
@@ -104,6 +125,7 @@ import re
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import tempfile
 import time
@@ -642,6 +664,17 @@ def _expand(text: str, env: Mapping[str, str]) -> str:
     return _REFERENCE.sub(one, text)
 
 
+# envFrom sources and valueFrom key references -> (resource, name in errors, kind).
+_ENV_FROM = {
+    "secretRef": ("secrets", "secret", "Secret"),
+    "configMapRef": ("configmaps", "configmap", "ConfigMap"),
+}
+_KEY_REFS = {
+    "secretKeyRef": ("secrets", "secret", "Secret"),
+    "configMapKeyRef": ("configmaps", "configmap", "ConfigMap"),
+}
+
+
 class _ConfigError(Exception):
     """A container cannot be configured (CreateContainerConfigError)."""
 
@@ -752,7 +785,9 @@ class Kubelet:
             labels: Extra Node labels.
             backoff: First and longest restart back-off in seconds (the kubelet's are 10 and
                 300); the first restart of a container is immediate, as on a kubelet.
-            config_retry: Seconds between tries to configure a container whose Secret is missing.
+            config_retry: Seconds between tries to configure a container whose Secret or
+                ConfigMap is missing, and to set up the volumes of a Pod whose Secret,
+                ConfigMap or claim is missing.
             image_paths: Host folders that make up the "image", kept visible and traversable in
                 every container; default: the project, the venv and the Python installation.
             path: The containers' default ``PATH``; default: the venv's bin, then
@@ -904,6 +939,7 @@ class Kubelet:
         else:
             shutil.rmtree(self.root / "pods", ignore_errors=True)
             shutil.rmtree(self.root / "logs", ignore_errors=True)
+            shutil.rmtree(self.root / "claims", ignore_errors=True)
 
     # -- what tests read --------------------------------------------------------------------
 
@@ -929,12 +965,23 @@ class Kubelet:
         )
 
     def volume_path(self, namespace: str, pod: str, volume: str) -> Path:
-        """The host folder of a Pod's ``emptyDir`` or ``secret`` volume (until the Pod is gone).
+        """The host folder of a Pod's ``emptyDir``, ``secret`` or ``configMap`` volume (until the
+        Pod is gone), or of its ``persistentVolumeClaim`` volume's claim (`claim_path`).
 
         Raises:
             KeyError: No such Pod on this node.
         """
-        return self._pod(namespace, pod).folder / "volumes" / volume
+        found = self._pod(namespace, pod)
+        for entry in found.spec.get("volumes") or ():
+            if entry.get("name") == volume and "persistentVolumeClaim" in entry:
+                claim = entry["persistentVolumeClaim"] or {}
+                return self.claim_path(namespace, str(claim.get("claimName", "")))
+        return found.folder / "volumes" / volume
+
+    def claim_path(self, namespace: str, claim: str) -> Path:
+        """The host folder holding a PersistentVolumeClaim's data on this node: made when a Pod
+        first mounts the claim, kept when Pods go, removed by `close`."""
+        return self.root / "claims" / namespace / claim
 
     def pid(self, namespace: str, pod: str, container: str) -> int | None:
         """The host pid of a running container's main process, or None."""
@@ -1322,6 +1369,17 @@ class Kubelet:
             elif "secret" in volume:
                 await self._write_secret_volume(pod, volume["secret"] or {}, folder, fs_group)
                 sources[name] = (str(folder), True)
+            elif "configMap" in volume:
+                await self._write_config_map_volume(
+                    pod, volume["configMap"] or {}, folder, fs_group
+                )
+                sources[name] = (str(folder), True)
+            elif "persistentVolumeClaim" in volume:
+                claim = volume["persistentVolumeClaim"] or {}
+                readonly = bool(claim.get("readOnly"))
+                policy = security.get("fsGroupChangePolicy")
+                claim_folder = await self._claim_volume(pod, claim, fs_group, policy, readonly)
+                sources[name] = (str(claim_folder), readonly)
             elif "hostPath" in volume:
                 host = volume["hostPath"] or {}
                 sources[name] = (_host_path(host), False)
@@ -1368,6 +1426,11 @@ class Kubelet:
     async def _write_secret_volume(
         self, pod: _Pod, source: Mapping[str, Any], folder: Path, fs_group: Any
     ) -> None:
+        """Write a ``secret`` volume's files (see `_volume_files`).
+
+        Raises:
+            _MountError: The Secret (or an item's key) is missing and not optional.
+        """
         name = source.get("secretName", "")
         secret = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/secrets/{name}")
         if secret is None:
@@ -1376,25 +1439,66 @@ class Kubelet:
                 return
             raise _MountError(f'MountVolume.SetUp failed: secret "{name}" not found')
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        default_mode = int(source.get("defaultMode", 0o644))
-        items = source.get("items")
-        files: list[tuple[str, bytes, int]] = []
-        if items:
-            for item in items:
-                if item["key"] not in data:
-                    if source.get("optional"):
-                        continue
-                    raise _MountError(
-                        f"MountVolume.SetUp failed: couldn't find key {item['key']} in Secret "
-                        f"{pod.namespace}/{name}"
-                    )
-                files.append((item["path"], data[item["key"]], int(item.get("mode", default_mode))))
-        else:
-            files = [(key, value, default_mode) for key, value in data.items()]
-        for relative, _, _ in files:
-            if ".." in Path(relative).parts:
-                raise _MountError(f"secret volume item path {relative!r} escapes the volume")
+        files = _volume_files(source, data, "secret", f"Secret {pod.namespace}/{name}")
         _write_files(folder, files, fs_group)
+
+    async def _write_config_map_volume(
+        self, pod: _Pod, source: Mapping[str, Any], folder: Path, fs_group: Any
+    ) -> None:
+        """Write a ``configMap`` volume's files: ``data`` as UTF-8 text, ``binaryData`` decoded
+        from base64 (see `_volume_files`).
+
+        Raises:
+            _MountError: The ConfigMap (or an item's key) is missing and not optional.
+        """
+        name = source.get("name", "")
+        config_map = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/configmaps/{name}")
+        if config_map is None:
+            if source.get("optional"):
+                _write_files(folder, [], fs_group)
+                return
+            raise _MountError(f'MountVolume.SetUp failed: configmap "{name}" not found')
+        data = {k: base64.b64decode(v) for k, v in (config_map.get("binaryData") or {}).items()}
+        data.update({k: str(v).encode() for k, v in (config_map.get("data") or {}).items()})
+        files = _volume_files(source, data, "configMap", f"ConfigMap {pod.namespace}/{name}")
+        _write_files(folder, files, fs_group)
+
+    async def _claim_volume(
+        self,
+        pod: _Pod,
+        source: Mapping[str, Any],
+        fs_group: Any,
+        policy: str | None,
+        readonly: bool,
+    ) -> Path:
+        """The folder of a ``persistentVolumeClaim`` volume (`claim_path`), made on first use
+        (mode 0777) and kept when the Pod goes; with ``fsGroup``, its files are given to that
+        group (see `_set_volume_ownership`).
+
+        Raises:
+            _MountError: The claim does not exist in the Pod's namespace or is being deleted.
+        """
+        name = str(source.get("claimName", ""))
+        if not name or "/" in name or name in (".", ".."):
+            raise _MountError(f"persistentVolumeClaim: invalid claimName {name!r}")
+        claim = await self._api.get(
+            f"/api/v1/namespaces/{pod.namespace}/persistentvolumeclaims/{name}"
+        )
+        failed = f"error processing PVC {pod.namespace}/{name}"
+        if claim is None:
+            raise _MountError(
+                f"{failed}: failed to fetch PVC from API server: "
+                f'persistentvolumeclaims "{name}" not found'
+            )
+        if (claim.get("metadata") or {}).get("deletionTimestamp"):
+            raise _MountError(f"{failed}: can't start pod because PVC is being deleted")
+        folder = self.claim_path(pod.namespace, name)
+        if not folder.is_dir():
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, 0o777)
+        if fs_group is not None:
+            _set_volume_ownership(folder, int(fs_group), readonly, policy)
+        return folder
 
     async def _start_sandbox(self, pod: _Pod, config: Mapping[str, Any]) -> None:
         log_file = _open_append(pod.folder / "sandbox.log")
@@ -1478,49 +1582,62 @@ class Kubelet:
         return uid, gid, sorted(set(groups)), no_new_privs
 
     async def _environment(self, pod: _Pod, c: _Container, uid: int) -> dict[str, str]:
-        secrets_cache: dict[str, dict[str, Any] | None] = {}
+        """The container's environment: ``envFrom`` (Secrets and ConfigMaps, with ``prefix``),
+        then ``env``, then the image's defaults for what neither set.
 
-        async def secret(name: str) -> dict[str, Any] | None:
-            if name not in secrets_cache:
-                secrets_cache[name] = await self._api.get(
-                    f"/api/v1/namespaces/{pod.namespace}/secrets/{name}"
-                )
-            return secrets_cache[name]
+        Raises:
+            _ConfigError: A Secret or ConfigMap (or one of its keys) that is not optional is
+                missing, or a reference is not supported.
+        """
+        cache: dict[tuple[str, str], dict[str, str] | None] = {}
+
+        async def text_data(resource: str, name: str) -> dict[str, str] | None:
+            """The text data of a Secret or ConfigMap (None when it does not exist)."""
+            if (resource, name) not in cache:
+                found = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/{resource}/{name}")
+                values = None if found is None else dict(found.get("data") or {})
+                if values is not None and resource == "secrets":
+                    values = {
+                        k: base64.b64decode(v).decode(errors="replace") for k, v in values.items()
+                    }
+                cache[resource, name] = values
+            return cache[resource, name]
 
         env: dict[str, str] = {}
         for source in c.spec.get("envFrom") or ():
-            if "secretRef" in source:
-                ref = source["secretRef"]
-                found = await secret(ref["name"])
-                if found is None:
-                    if ref.get("optional"):
-                        continue
-                    raise _ConfigError(f'secret "{ref["name"]}" not found')
-                for key, value in (found.get("data") or {}).items():
-                    env[source.get("prefix", "") + key] = base64.b64decode(value).decode(
-                        errors="replace"
-                    )
-            elif "configMapRef" in source:
-                raise _ConfigError(f'configmap "{source["configMapRef"].get("name")}" not found')
+            kind = next((k for k in _ENV_FROM if k in source), None)
+            if kind is None:
+                raise _ConfigError(f"envFrom: unsupported source {sorted(source)}")
+            resource, singular, _ = _ENV_FROM[kind]
+            ref = source[kind] or {}
+            found = await text_data(resource, ref.get("name", ""))
+            if found is None:
+                if ref.get("optional"):
+                    continue
+                raise _ConfigError(f'{singular} "{ref.get("name", "")}" not found')
+            for key, value in found.items():
+                env[source.get("prefix", "") + key] = value
         for entry in c.spec.get("env") or ():
             name = entry["name"]
             if "valueFrom" not in entry:
                 env[name] = _expand(str(entry.get("value", "")), env)
                 continue
             origin = entry["valueFrom"]
-            if "secretKeyRef" in origin:
-                ref = origin["secretKeyRef"]
-                found = await secret(ref["name"])
-                data = (found or {}).get("data") or {}
-                if found is None or ref["key"] not in data:
+            kind = next((k for k in _KEY_REFS if k in origin), None)
+            if kind is not None:
+                resource, singular, title = _KEY_REFS[kind]
+                ref = origin[kind] or {}
+                found = await text_data(resource, ref.get("name", ""))
+                if found is None or ref.get("key") not in found:
                     if ref.get("optional"):
                         continue
                     if found is None:
-                        raise _ConfigError(f'secret "{ref["name"]}" not found')
+                        raise _ConfigError(f'{singular} "{ref.get("name", "")}" not found')
                     raise _ConfigError(
-                        f"couldn't find key {ref['key']} in Secret {pod.namespace}/{ref['name']}"
+                        f"couldn't find key {ref.get('key')} in {title} "
+                        f"{pod.namespace}/{ref.get('name', '')}"
                     )
-                env[name] = base64.b64decode(data[ref["key"]]).decode(errors="replace")
+                env[name] = found[ref["key"]]
             elif "fieldRef" in origin:
                 env[name] = self._field(pod, origin["fieldRef"]["fieldPath"])
             elif "resourceFieldRef" in origin:
@@ -2058,6 +2175,71 @@ def _host_path(source: Mapping[str, Any]) -> str:
             raise _MountError(f"hostPath type check failed: {target} is not a {kind}")
         target.mkdir(parents=True, mode=0o755)
     return str(target)
+
+
+def _volume_files(
+    source: Mapping[str, Any], data: Mapping[str, bytes], kind: str, owner: str
+) -> list[tuple[str, bytes, int]]:
+    """The files of a ``secret`` or ``configMap`` volume: one per key, or ``items`` (key ->
+    relative path, ``mode``); modes default to ``defaultMode``, else 0644.
+
+    Args:
+        source: The volume source.
+        data: Key -> content.
+        kind: The volume type, for errors.
+        owner: The object, for errors ("Secret ns/name").
+
+    Raises:
+        _MountError: An item's key is missing (and the source is not optional), or a path is
+            absolute or leaves the volume.
+    """
+    default_mode = int(source.get("defaultMode", 0o644))
+    items = source.get("items")
+    files: list[tuple[str, bytes, int]] = []
+    if items:
+        for item in items:
+            if item["key"] not in data:
+                if source.get("optional"):
+                    continue
+                raise _MountError(
+                    f"MountVolume.SetUp failed: couldn't find key {item['key']} in {owner}"
+                )
+            files.append((item["path"], data[item["key"]], int(item.get("mode", default_mode))))
+    else:
+        files = [(key, value, default_mode) for key, value in data.items()]
+    for relative, _, _ in files:
+        if Path(relative).is_absolute() or ".." in Path(relative).parts:
+            raise _MountError(f"{kind} volume item path {relative!r} escapes the volume")
+    return files
+
+
+def _set_volume_ownership(folder: Path, gid: int, readonly: bool, policy: str | None) -> None:
+    """Give a volume to a Pod's ``fsGroup`` as a kubelet does: every entry gets group `gid`
+    and group read/write (read on a read-only volume), folders also group search and set-group-ID;
+    with ``fsGroupChangePolicy: OnRootMismatch`` nothing changes when the root already has them.
+    Symbolic links get the group only."""
+    mask = 0o440 if readonly else 0o660
+    folder_mask = mask | 0o110 | stat.S_ISGID
+    root = os.stat(folder)
+    if (
+        policy == "OnRootMismatch"
+        and root.st_gid == gid
+        and root.st_mode & folder_mask == folder_mask
+    ):
+        return
+
+    def change(path: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            st = os.lstat(path)
+            os.lchown(path, -1, gid)
+            if not stat.S_ISLNK(st.st_mode):
+                extra = folder_mask if stat.S_ISDIR(st.st_mode) else mask
+                os.chmod(path, stat.S_IMODE(st.st_mode) | extra)
+
+    change(str(folder))
+    for parent, dirs, names in os.walk(folder):
+        for entry in [*dirs, *names]:
+            change(os.path.join(parent, entry))
 
 
 def _write_files(folder: Path, files: Iterable[tuple[str, bytes, int]], fs_group: Any) -> None:
