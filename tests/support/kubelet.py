@@ -675,6 +675,13 @@ _KEY_REFS = {
 }
 
 
+# secret and configMap volumes -> (resource, the source's name field, name in errors, kind).
+_VOLUME_OBJECTS = {
+    "secret": ("secrets", "secretName", "secret", "Secret"),
+    "configMap": ("configmaps", "name", "configmap", "ConfigMap"),
+}
+
+
 class _ConfigError(Exception):
     """A container cannot be configured (CreateContainerConfigError)."""
 
@@ -1366,13 +1373,9 @@ class Kubelet:
                 if (volume["emptyDir"] or {}).get("medium") == "Memory":
                     memory.append(str(folder))
                 sources[name] = (str(folder), False)
-            elif "secret" in volume:
-                await self._write_secret_volume(pod, volume["secret"] or {}, folder, fs_group)
-                sources[name] = (str(folder), True)
-            elif "configMap" in volume:
-                await self._write_config_map_volume(
-                    pod, volume["configMap"] or {}, folder, fs_group
-                )
+            elif "secret" in volume or "configMap" in volume:
+                kind = "secret" if "secret" in volume else "configMap"
+                await self._write_object_volume(pod, kind, volume[kind] or {}, folder, fs_group)
                 sources[name] = (str(folder), True)
             elif "persistentVolumeClaim" in volume:
                 claim = volume["persistentVolumeClaim"] or {}
@@ -1423,44 +1426,29 @@ class Kubelet:
         }
         await self._start_sandbox(pod, config)
 
-    async def _write_secret_volume(
-        self, pod: _Pod, source: Mapping[str, Any], folder: Path, fs_group: Any
+    async def _write_object_volume(
+        self, pod: _Pod, kind: str, source: Mapping[str, Any], folder: Path, fs_group: Any
     ) -> None:
-        """Write a ``secret`` volume's files (see `_volume_files`).
+        """Write a ``secret`` or ``configMap`` volume's files (see `_volume_files`): a Secret's
+        ``data`` decoded from base64; a ConfigMap's ``data`` as UTF-8 text and its
+        ``binaryData`` decoded from base64.
 
         Raises:
-            _MountError: The Secret (or an item's key) is missing and not optional.
+            _MountError: The object (or an item's key) is missing and not optional.
         """
-        name = source.get("secretName", "")
-        secret = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/secrets/{name}")
-        if secret is None:
+        resource, name_field, singular, title = _VOLUME_OBJECTS[kind]
+        name = source.get(name_field, "")
+        found = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/{resource}/{name}")
+        if found is None:
             if source.get("optional"):
                 _write_files(folder, [], fs_group)
                 return
-            raise _MountError(f'MountVolume.SetUp failed: secret "{name}" not found')
-        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-        files = _volume_files(source, data, "secret", f"Secret {pod.namespace}/{name}")
-        _write_files(folder, files, fs_group)
-
-    async def _write_config_map_volume(
-        self, pod: _Pod, source: Mapping[str, Any], folder: Path, fs_group: Any
-    ) -> None:
-        """Write a ``configMap`` volume's files: ``data`` as UTF-8 text, ``binaryData`` decoded
-        from base64 (see `_volume_files`).
-
-        Raises:
-            _MountError: The ConfigMap (or an item's key) is missing and not optional.
-        """
-        name = source.get("name", "")
-        config_map = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/configmaps/{name}")
-        if config_map is None:
-            if source.get("optional"):
-                _write_files(folder, [], fs_group)
-                return
-            raise _MountError(f'MountVolume.SetUp failed: configmap "{name}" not found')
-        data = {k: base64.b64decode(v) for k, v in (config_map.get("binaryData") or {}).items()}
-        data.update({k: str(v).encode() for k, v in (config_map.get("data") or {}).items()})
-        files = _volume_files(source, data, "configMap", f"ConfigMap {pod.namespace}/{name}")
+            raise _MountError(f'MountVolume.SetUp failed: {singular} "{name}" not found')
+        encoded = found.get("data" if kind == "secret" else "binaryData") or {}
+        data = {k: base64.b64decode(v) for k, v in encoded.items()}
+        if kind == "configMap":
+            data.update({k: str(v).encode() for k, v in (found.get("data") or {}).items()})
+        files = _volume_files(source, data, kind, f"{title} {pod.namespace}/{name}")
         _write_files(folder, files, fs_group)
 
     async def _claim_volume(
