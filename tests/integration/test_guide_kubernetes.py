@@ -13,12 +13,14 @@ import base64
 import pathlib
 import re
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 import yaml
 
-from services.controller.pods import templates
+from services.controller.pods import kubernetes, runtime, templates
 from tests.support import kubectl
+from tests.support import kubelet as kubelet_module
 from tests.support.k8s_emulator import K8sEmulator
 from tests.unit import test_deploy_manifests as k8s
 
@@ -204,3 +206,60 @@ async def test_the_overlay_replaces_the_worker_pod_template(operator: Operator) 
     ]
     assert len(maps) == 1, mounted
     assert yaml.safe_load(maps[0]["data"]["worker-pod.yaml"]) == template
+
+
+async def test_kubectl_logs_shows_why_a_sidecar_stopped_at_start(
+    k8s_emulator: K8sEmulator, tmp_path: pathlib.Path
+) -> None:
+    """The guide's `kubectl logs POD -c restorer` on a worker Pod whose controller address does
+    not answer: the Pod the controller renders runs on the kubelet, its sidecar stops with exit
+    code 5, and kubectl (through the API server's pods/log, from the node's kubelet) shows the
+    line the guide prints, naming the variable."""
+    reason = kubelet_module.unsupported_reason()
+    if reason is not None:
+        pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")
+    command = inline_command("kubectl logs POD -c restorer")
+    (expected,) = re.findall(
+        r"```\n(agentihooks-restorer: AGENTIHOOKS_CONTROL_ADDR=.*)\n```", k8s.section_8()
+    )
+    line = expected.split("; gRPC:")[0]
+    line = line.replace("agentihooks-controller.agentihooks.svc:50051", "127.0.0.1:9")
+    line = line.replace("in 60 s", "in 2 s")
+    async with kubelet_module.cluster(
+        k8s_emulator, root=tmp_path / "nodes", backoff=(60.0, 60.0)
+    ) as nodes:
+        (kubelet,) = nodes.kubelets.values()
+        rt = kubernetes.KubernetesRuntime(
+            k8s_emulator.api_client, NAMESPACE, templates.default_pod_template()
+        )
+        spec = runtime.LaunchSpec(
+            swarm="example",
+            seat="eng-1",
+            execution_id="e-1",
+            generation=1,
+            image="registry.local/agent-worker:1.4.2",
+            command=("sleep", "300"),
+            worker_credential="wk-guide-logs-credential",
+            env={"AGENTIHOOKS_CONTROL_ADDR": "127.0.0.1:9", "AGENTIHOOKS_START_TIMEOUT_S": "2"},
+        )
+        name = templates.pod_name("example", "e-1")
+        try:
+            await rt.launch(spec)
+
+            def stopped(pod: dict[str, Any] | None) -> bool:
+                """The sidecar ended with 5, was restarted, ended again and now waits out its
+                back-off: its newest run's log is complete."""
+                status = kubelet_module.container_status(pod or {}, "restorer") or {}
+                ended = (status.get("lastState") or {}).get("terminated") or {}
+                waiting = (status.get("state") or {}).get("waiting") or {}
+                return ended.get("exitCode") == 5 and waiting.get("reason") == "CrashLoopBackOff"
+
+            await kubelet.wait_for_pod(NAMESPACE, name, stopped, timeout=120)
+        finally:
+            await rt.aclose()
+        env = kubectl.environment(tmp_path, k8s_emulator.url)
+        shown = await kubectl.succeed(
+            f"{command.replace('POD', name)} -n {NAMESPACE}", cwd=tmp_path, env=env
+        )
+        assert line in shown, shown
+        assert "start_check_retry" in shown and "AGENTIHOOKS_CONTROL_ADDR" in shown

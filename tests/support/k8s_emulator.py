@@ -540,6 +540,9 @@ class K8sEmulator:
         try:
             resource, namespace = self._route(request, item=True)
             path = f"{resource}/{sub}" if sub else resource
+            if sub == "log" and resource == "pods" and verb == "get":
+                self._count("get pods/log")
+                return await self._log(request, self._entry(resource, namespace, name))
             if verb is None or sub not in (None, "status", "binding", "scale"):
                 raise ApiError(405, f"the server does not allow this method on {path}")
             if (
@@ -565,6 +568,51 @@ class K8sEmulator:
             return self._json(200, self._update(resource, entry, body, status_only=bool(sub)))
         except ApiError as exc:
             return _status(exc)
+
+    async def _log(self, request: web.Request, entry: _Entry) -> web.Response:
+        """``pods/NAME/log``: the container's log, fetched from the kubelet of the Pod's node
+        (its InternalIP and kubelet endpoint port, as the API server does)."""
+        pod = entry.obj
+        name = pod["metadata"]["name"]
+        spec = pod.get("spec") or {}
+        containers = [c["name"] for c in spec.get("containers") or ()]
+        inits = [c["name"] for c in spec.get("initContainers") or ()]
+        container = request.query.get("container")
+        if not container:
+            if len(containers) != 1 or inits:
+                more = f" or one of the init containers: [{' '.join(inits)}]" if inits else ""
+                raise ApiError(
+                    400,
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(containers)}]{more}",
+                )
+            container = containers[0]
+        if container not in containers + inits:
+            raise ApiError(400, f"container {container} is not valid for pod {name}")
+        node = self.get("nodes", spec.get("nodeName") or "") if spec.get("nodeName") else None
+        if node is None:
+            raise ApiError(400, f"pod {name} does not have a host assigned")
+        status = node.get("status") or {}
+        port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
+        address = next(
+            (a["address"] for a in status.get("addresses") or () if a.get("type") == "InternalIP"),
+            None,
+        )
+        url = f"http://{address}:{port}/containerLogs/{pod['metadata']['namespace']}/{name}/"
+        params = {k: v for k, v in request.query.items() if k in ("previous", "tailLines")}
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(url + container, params=params) as answer,
+            ):
+                text = await answer.text()
+                if answer.status != 200:
+                    raise ApiError(400, text)
+        except aiohttp.ClientError as exc:
+            raise ApiError(
+                500, f'Get "{url}{container}": the kubelet does not answer ({exc})'
+            ) from exc
+        return web.Response(text=text, content_type="text/plain")
 
     async def _scale(
         self, request: web.Request, resource: str, entry: _Entry, verb: str

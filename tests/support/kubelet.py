@@ -135,6 +135,7 @@ from typing import Any
 
 import aiohttp
 import pytest_asyncio
+from aiohttp import web
 
 log = logging.getLogger("tests.kubelet")
 
@@ -826,6 +827,9 @@ class Kubelet:
         self._running = asyncio.Event()
         self._started = False
         self._closed = False
+        self._log_server: web.AppRunner | None = None
+        self.log_port = 0
+        """Where this kubelet serves containers' logs to the API server (on `HOST_IP`)."""
         self._memory: Path | None = None
         self._freezer: Path | None = None
         self._stopped_groups: list[int] = []
@@ -873,6 +877,7 @@ class Kubelet:
                 self._freezer = own_freezer / f"kubelet-{self.node_name}-{token}"
                 self._freezer.mkdir()
             await self._api.open()
+            await self._serve_logs()
             await self._register()
             self._running.set()
             self._informer = self._spawn(
@@ -941,6 +946,9 @@ class Kubelet:
                 for inner in _cgroup_tree(folder):
                     await _remove_cgroup(inner)
         await self._api.close()
+        if self._log_server is not None:
+            await self._log_server.cleanup()
+            self._log_server = None
         if self._created_root:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
@@ -1086,7 +1094,7 @@ class Kubelet:
             ],
             "capacity": resources,
             "allocatable": resources,
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.log_port}},
             "nodeInfo": {
                 "architecture": arch,
                 "bootID": "",
@@ -1100,6 +1108,41 @@ class Kubelet:
                 "systemUUID": "",
             },
         }
+
+    async def _serve_logs(self) -> None:
+        """Serve containers' logs as a kubelet does for the API server's ``pods/log``:
+        ``GET /containerLogs/NAMESPACE/POD/CONTAINER`` (``previous``, ``tailLines``), plain
+        text, on a free port of the node's address (advertised as its kubelet endpoint)."""
+
+        async def container_logs(request: web.Request) -> web.Response:
+            info = request.match_info
+            previous = request.query.get("previous", "").lower() in ("true", "1")
+            try:
+                path = self.log_path(
+                    info["namespace"], info["pod"], info["container"], previous=previous
+                )
+            except KeyError:
+                which = "previous terminated container" if previous else "container"
+                return web.Response(
+                    status=404,
+                    text=f'{which} "{info["container"]}" in pod "{info["pod"]}" has no logs',
+                )
+            text = path.read_text(errors="replace")
+            tail = request.query.get("tailLines")
+            if tail and tail.isdigit():
+                lines = text.splitlines(keepends=True)
+                text = "".join(lines[-int(tail) :]) if int(tail) else ""
+            return web.Response(text=text)
+
+        app = web.Application()
+        app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
+        self._log_server = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._log_server.setup()
+        site = web.TCPSite(self._log_server, HOST_IP, 0)
+        await site.start()
+        server = site._server
+        assert server is not None and server.sockets  # type: ignore[attr-defined]
+        self.log_port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
 
     async def _register(self) -> None:
         body = {
