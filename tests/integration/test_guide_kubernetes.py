@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import pathlib
 import re
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 import yaml
 
 from services.controller.pods import kubernetes, runtime, templates
-from tests.support import kubectl
+from tests.support import k8s_workloads, kubectl
 from tests.support import kubelet as kubelet_module
 from tests.support.k8s_emulator import K8sEmulator
 from tests.unit import test_deploy_manifests as k8s
@@ -82,6 +83,18 @@ def guide_lines(block_containing: str, *, leaving_out: str | None = None) -> str
     """The lines of one of section 8's shell blocks (without those containing `leaving_out`)."""
     lines = k8s.shell_block(block_containing).splitlines()
     return "\n".join(line for line in lines if leaving_out is None or leaving_out not in line)
+
+
+def inline_line(containing: str) -> str:
+    """The one line of section 8's shell blocks that contains `containing`."""
+    lines = [
+        line
+        for block in re.findall(r"```sh\n(.*?)```", k8s.section_8(), re.DOTALL)
+        for line in block.splitlines()
+        if containing in line
+    ]
+    assert len(lines) == 1, f"section 8 has {lines!r} for {containing!r}"
+    return lines[0]
 
 
 def inline_command(prefix: str) -> str:
@@ -263,3 +276,44 @@ async def test_kubectl_logs_shows_why_a_sidecar_stopped_at_start(
         )
         assert line in shown, shown
         assert "start_check_retry" in shown and "AGENTIHOOKS_CONTROL_ADDR" in shown
+
+
+async def test_redis_rolls_out_from_the_manifest_as_applied(
+    k8s_emulator: K8sEmulator, tmp_path: pathlib.Path
+) -> None:
+    """The guide's apply, then its `kubectl -n agentihooks rollout status
+    statefulset/agentihooks-redis`, with the workload controllers making the Pod and the kubelet
+    running it as the manifest says (redis-server with the password from the keys Secret, the
+    append-only file on the claim, the readiness probe's redis-cli): the rollout completes, and
+    Redis answers with the operator's password only. (The store's and the controller's Pods run
+    too, but reach nothing: the emulator has no Pod network or Services yet.)"""
+    reason = kubelet_module.unsupported_reason()
+    if reason is not None:
+        pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 6379)) == 0:
+            pytest.fail("port 6379 is taken: the emulator's Pods share this machine's network")
+    operator = Operator(tmp_path, k8s_emulator)
+    await operator.prepare()
+    async with (
+        kubelet_module.cluster(k8s_emulator, root=tmp_path / "nodes") as nodes,
+        k8s_workloads.controllers(k8s_emulator.url),
+    ):
+        await operator.run("kubectl apply -k deploy/k8s/")
+        rollout = inline_line("rollout status statefulset/agentihooks-redis")
+        out = await operator.run(rollout.replace("rollout status", "rollout status --timeout=300s"))
+        assert "roll out complete" in out, out
+        (kubelet,) = nodes.kubelets.values()
+        claim = kubelet.claim_path(NAMESPACE, "data-agentihooks-redis-0")
+        password = dict(
+            line.split("=", 1)
+            for line in (operator.root / "deploy/k8s/secrets/keys.env").read_text().splitlines()
+        )["redis-password"]
+        answer = await kubectl.succeed(
+            f"REDISCLI_AUTH={password} redis-cli -p 6379 ping; redis-cli -p 6379 ping || true",
+            cwd=tmp_path,
+            env=operator.env,
+        )
+        lines = answer.splitlines()
+        assert lines[0] == "PONG" and lines[1].startswith("NOAUTH"), answer
+        assert (claim / "appendonlydir").is_dir(), sorted(p.name for p in claim.iterdir())
