@@ -139,10 +139,7 @@ class Validator:
             wanted.setdefault(sha256, set()).add(size)
         names = sorted(wanted)
         store = self._store
-        if (
-            isinstance(store, storing.BatchedReads)
-            and sum(max(sizes) for sizes in wanted.values()) <= BATCH_BYTES
-        ):
+        if storing.batched(store) and sum(max(sizes) for sizes in wanted.values()) <= BATCH_BYTES:
             # Small objects of a local store: hashed all in one call, not one hop each. The
             # same verdict: a missing object outranks a changed one.
             digests = await store.digest_objects(names)
@@ -332,7 +329,7 @@ async def newest_verified(
     """
     ids: list[str]
     manifests: list[bytes | None]
-    if isinstance(store, storing.BatchedReads):
+    if storing.batched(store):
         # A local store: listed and read in one call. An unreadable manifest is passed over
         # as `_manifest` refuses it below.
         batch = await store.get_manifests()
