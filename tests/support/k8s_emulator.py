@@ -589,7 +589,7 @@ class K8sEmulator:
             container = containers[0]
         if container not in containers + inits:
             raise ApiError(400, f"container {container} is not valid for pod {name}")
-        node = self.get("nodes", spec.get("nodeName") or "") if spec.get("nodeName") else None
+        node = self.get("nodes", spec["nodeName"]) if spec.get("nodeName") else None
         if node is None:
             raise ApiError(400, f"pod {name} does not have a host assigned")
         status = node.get("status") or {}
@@ -677,7 +677,7 @@ class K8sEmulator:
             keys = [k for k in keys if k > after]
         limit = int(request.query.get("limit") or 0)
         raws: list[bytes] = []
-        more, last = "", ("", "")
+        more, token, last = "", "", ("", "")
         for key in keys:
             entry = self._store[resource][key]
             if _matches(entry.obj, labels, fields):
@@ -689,13 +689,13 @@ class K8sEmulator:
                 last = key
         if resource == "pods" and "as=Table" in request.headers.get("Accept", ""):
             shown = [json.loads(raw) for raw in raws]
-            return self._table(request, shown, more)
+            return self._table(request, shown, token)
         kind, _, version = _KINDS[resource]
         head = f'{{"kind":"{kind}List","apiVersion":"{version}","metadata":{{"resourceVersion":'
         body = b"".join((f'{head}"{self._rv}"{more}}},"items":['.encode(), b",".join(raws), b"]}"))
         return web.Response(body=body, content_type="application/json")
 
-    def _table(self, request: web.Request, pods: list[dict[str, Any]], more: str) -> web.Response:
+    def _table(self, request: web.Request, pods: list[dict[str, Any]], token: str) -> web.Response:
         """Pods as a meta.k8s.io/v1 Table, as ``kubectl get pods`` asks for them (server-side
         printing): the columns NAME, READY, STATUS, RESTARTS, AGE (and IP, NODE for ``-o wide``),
         the rows worked out as the API server's printer does."""
@@ -721,8 +721,8 @@ class K8sEmulator:
             ("Node", "string", 1),
         ]
         meta: dict[str, Any] = {"resourceVersion": str(self._rv)}
-        if more:
-            meta["continue"] = json.loads("{" + more.lstrip(",") + "}")["continue"]
+        if token:
+            meta["continue"] = token
         table = {
             "kind": "Table",
             "apiVersion": "meta.k8s.io/v1",

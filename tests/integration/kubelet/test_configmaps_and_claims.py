@@ -57,6 +57,16 @@ def status_message(pod: Mapping[str, Any] | None) -> str:
     return str(((pod or {}).get("status") or {}).get("message") or "")
 
 
+async def held_creating(kubelet: Any, name: str, missing: str) -> None:
+    """Wait until the Pod's status says what is missing; it is Pending and its worker is
+    waiting in ContainerCreating."""
+    pod = await kubelet.wait_for_pod(
+        pods.NS, name, lambda p: missing in status_message(p), timeout=DEADLINE
+    )
+    assert pods.phase(pod) == "Pending"
+    assert waiting_reason(pod, "worker") == "ContainerCreating"
+
+
 def claim_volume(name: str, claim: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "persistentVolumeClaim": {"claimName": claim, **extra}}
 
@@ -256,14 +266,7 @@ async def test_a_missing_config_map_volume_keeps_the_pod_creating(k8s_emulator, 
         volumes=[{"name": "c", "configMap": {"name": "absent-config"}}],
     )
     await pods.create(k8s_emulator, body)
-    pod = await kubelet.wait_for_pod(
-        pods.NS,
-        "config-later",
-        lambda p: 'configmap "absent-config" not found' in status_message(p),
-        timeout=DEADLINE,
-    )
-    assert pods.phase(pod) == "Pending"
-    assert waiting_reason(pod, "worker") == "ContainerCreating"
+    await held_creating(kubelet, "config-later", 'configmap "absent-config" not found')
 
     await create_config_map(k8s_emulator, "absent-config", {"k": "v"})
     pod = await kubelet.wait_for_pod(pods.NS, "config-later", pods.terminal, timeout=DEADLINE)
@@ -346,14 +349,7 @@ except OSError as exc:
         volumes=[claim_volume("d", "later-claim", readOnly=True)],
     )
     await pods.create(k8s_emulator, body)
-    pod = await kubelet.wait_for_pod(
-        pods.NS,
-        "claimant",
-        lambda p: 'persistentvolumeclaims "later-claim" not found' in status_message(p),
-        timeout=DEADLINE,
-    )
-    assert pods.phase(pod) == "Pending"
-    assert waiting_reason(pod, "worker") == "ContainerCreating"
+    await held_creating(kubelet, "claimant", 'persistentvolumeclaims "later-claim" not found')
     assert not pods.exists(kubelet.claim_path(pods.NS, "later-claim"))
 
     await create_claim(k8s_emulator, "later-claim")
