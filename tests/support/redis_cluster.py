@@ -103,6 +103,23 @@ class RedisCluster:
             check=True,
         )
         self.wait_ok()
+        self.wait_replicated()
+
+    def wait_replicated(self) -> None:
+        """Until every replica reports its link to its master up (`ROLE`: `connected`): the
+        cluster answers `ok` as soon as slots are assigned, but a replica that has not synced
+        cannot take over with `CLUSTER FAILOVER`, and its master's view may not list it yet."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            roles = [self.cli(n.port, "role").split() for n in self.nodes if n.proc is not None]
+            replicas = [r for r in roles if r[0] == "slave"]
+            if len(replicas) == self.masters * self.replicas and all(
+                r[3] == "connected" for r in replicas
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the replicas did not connect: {roles}")
+            time.sleep(0.2)
 
     def wait_ok(self) -> None:
         """Until every running node reports `cluster_state:ok` and sees every slot assigned."""
@@ -142,13 +159,19 @@ class RedisCluster:
         raise AssertionError(f"no master serves the slot of {key!r}")
 
     def replica_of(self, master: Node) -> Node:
-        node_id = self.cli(master.port, "cluster", "myid").strip()
-        for line in self.cli(master.port, "cluster", "nodes").splitlines():
-            fields = line.split()
-            if fields[3] == node_id and "slave" in fields[2]:
-                port = int(fields[1].split("@")[0].rsplit(":", 1)[1])
-                return next(n for n in self.nodes if n.port == port)
-        raise AssertionError("the master has no replica")
+        """A replica of `master`, as its own `ROLE` says; waits for one that is connected (the
+        cluster's gossip and the replication link come up after the slots are assigned)."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            for node in self.nodes:
+                if node is master or node.proc is None or node.proc.poll() is not None:
+                    continue
+                role = self.cli(node.port, "role").split()
+                if role[0] == "slave" and int(role[2]) == master.port and role[3] == "connected":
+                    return node
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the master on port {master.port} has no connected replica")
+            time.sleep(0.2)
 
     def failover(self, replica: Node) -> None:
         """`CLUSTER FAILOVER` on a replica: it becomes its master's master, with no write lost;
