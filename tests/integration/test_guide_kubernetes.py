@@ -10,9 +10,11 @@ compared with what `kubectl kustomize` renders from the same files.
 from __future__ import annotations
 
 import base64
+import contextlib
+import json
 import pathlib
 import re
-import socket
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +22,8 @@ import pytest
 import yaml
 
 from services.controller.pods import kubernetes, runtime, templates
-from tests.support import k8s_workloads, kubectl
+from tests.support import k8s_emulator as emulators
+from tests.support import k8s_workloads, kubectl, pod_network, ports
 from tests.support import kubelet as kubelet_module
 from tests.support.k8s_emulator import K8sEmulator
 from tests.unit import test_deploy_manifests as k8s
@@ -278,42 +281,159 @@ async def test_kubectl_logs_shows_why_a_sidecar_stopped_at_start(
         assert "start_check_retry" in shown and "AGENTIHOOKS_CONTROL_ADDR" in shown
 
 
-async def test_redis_rolls_out_from_the_manifest_as_applied(
-    k8s_emulator: K8sEmulator, tmp_path: pathlib.Path
+async def minio_service(emulator: K8sEmulator, endpoint: str) -> None:
+    """The guide's example object store, ``http://minio.minio.svc:9000``: a Service with no
+    selector whose Endpoints name the moto server on this machine, as one would name an outside
+    store (the Service proxy forwards the cluster IP there)."""
+    port = int(endpoint.rsplit(":", 1)[1])
+    emulator.create("namespaces", {"metadata": {"name": "minio"}})
+    emulator.create(
+        "services",
+        {"metadata": {"name": "minio"}, "spec": {"ports": [{"port": 9000, "targetPort": port}]}},
+        "minio",
+    )
+    emulator.create(
+        "endpoints",
+        {
+            "metadata": {"name": "minio"},
+            "subsets": [{"addresses": [{"ip": "127.0.0.1"}], "ports": [{"port": port}]}],
+        },
+        "minio",
+    )
+
+
+def with_timeouts(script: str) -> str:
+    """Rollouts bounded generously: these machines are loaded."""
+    return script.replace("rollout status ", "rollout status --timeout=600s ")
+
+
+async def test_the_system_rolls_out_as_the_guide_says(
+    tmp_path: pathlib.Path, s3_bucket: Any
 ) -> None:
-    """The guide's apply, then its `kubectl -n agentihooks rollout status
-    statefulset/agentihooks-redis`, with the workload controllers making the Pod and the kubelet
-    running it as the manifest says (redis-server with the password from the keys Secret, the
-    append-only file on the claim, the readiness probe's redis-cli): the rollout completes, and
-    Redis answers with the operator's password only. (The store's and the controller's Pods run
-    too, but reach nothing: the emulator has no Pod network or Services yet.)"""
+    """Section 8's apply-and-check block and the controller's rollout, run as written, with the
+    workload controllers making the Pods, the kubelet running them on a Pod network, the Service
+    proxy and the in-cluster API: Redis (with the password from the keys Secret, its append-only
+    file on the claim) rolls out, then both store replicas (ready by their gRPC health, so they
+    reach Redis by its Service name) and both controller replicas (ready by /readyz; they read
+    the API in-cluster with their service account's token). `get pods` shows five Pods
+    `1/1 Running`, and Redis answers with the operator's password only."""
     reason = kubelet_module.unsupported_reason()
     if reason is not None:
         pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", 6379)) == 0:
-            pytest.fail("port 6379 is taken: the emulator's Pods share this machine's network")
-    operator = Operator(tmp_path, k8s_emulator)
-    await operator.prepare()
-    async with (
-        kubelet_module.cluster(k8s_emulator, root=tmp_path / "nodes") as nodes,
-        k8s_workloads.controllers(k8s_emulator.url),
-    ):
-        await operator.run("kubectl apply -k deploy/k8s/")
-        rollout = inline_line("rollout status statefulset/agentihooks-redis")
-        out = await operator.run(rollout.replace("rollout status", "rollout status --timeout=300s"))
-        assert "roll out complete" in out, out
-        (kubelet,) = nodes.kubelets.values()
-        claim = kubelet.claim_path(NAMESPACE, "data-agentihooks-redis-0")
-        password = dict(
-            line.split("=", 1)
-            for line in (operator.root / "deploy/k8s/secrets/keys.env").read_text().splitlines()
-        )["redis-password"]
-        answer = await kubectl.succeed(
-            f"REDISCLI_AUTH={password} redis-cli -p 6379 ping; redis-cli -p 6379 ping || true",
-            cwd=tmp_path,
-            env=operator.env,
-        )
-        lines = answer.splitlines()
-        assert lines[0] == "PONG" and lines[1].startswith("NOAUTH"), answer
-        assert (claim / "appendonlydir").is_dir(), sorted(p.name for p in claim.iterdir())
+    async with emulators.serving(in_cluster=True) as emulator:
+        await minio_service(emulator, s3_bucket.endpoint_url)
+        operator = Operator(tmp_path, emulator)
+        await operator.prepare()
+        async with (
+            kubelet_module.cluster(emulator, root=tmp_path / "nodes", network=True) as nodes,
+            pod_network.ServiceProxy(emulator.url),
+            k8s_workloads.controllers(emulator.url),
+        ):
+            script = guide_lines("kubectl apply -k deploy/k8s/\n")
+            assert "rollout status deployment/agentihooks-checkpoint-store" in script
+            out = await operator.run(with_timeouts(script))
+            assert "statefulset rolling update complete" in out or "roll out complete" in out, out
+            assert 'deployment "agentihooks-checkpoint-store" successfully rolled out' in out, out
+            listed = [line.split() for line in out.splitlines() if line.startswith("agentihooks-")]
+            running = [row for row in listed if row[1:3] == ["1/1", "Running"]]
+            assert len(running) >= 3, out
+            rollout = inline_line("rollout status deployment/agentihooks-controller")
+            out = await operator.run(with_timeouts(rollout))
+            assert 'deployment "agentihooks-controller" successfully rolled out' in out, out
+            shown = await operator.run("kubectl -n agentihooks get pods")
+            rows = [line.split() for line in shown.splitlines()[1:]]
+            assert len(rows) == 5 and all(r[1:3] == ["1/1", "Running"] for r in rows), shown
+            assert emulator.tokens and set(emulator.tokens.values()) == {
+                (NAMESPACE, "agentihooks-controller")
+            }
+            (kubelet,) = nodes.kubelets.values()
+            claim = kubelet.claim_path(NAMESPACE, "data-agentihooks-redis-0")
+            password = dict(
+                line.split("=", 1)
+                for line in (operator.root / "deploy/k8s/secrets/keys.env").read_text().splitlines()
+            )["redis-password"]
+            redis_ip = emulator.get("pods", "agentihooks-redis-0", NAMESPACE)["status"]["podIP"]
+            answer = await kubectl.succeed(
+                f"REDISCLI_AUTH={password} redis-cli -h {redis_ip} ping; "
+                f"redis-cli -h {redis_ip} ping || true",
+                cwd=tmp_path,
+                env=operator.env,
+            )
+            lines = answer.splitlines()
+            assert lines[0] == "PONG" and lines[1].startswith("NOAUTH"), answer
+            assert (claim / "appendonlydir").is_dir(), sorted(p.name for p in claim.iterdir())
+            await check_through_port_forwards(operator, kubelet)
+
+
+def guide_commands(block: str) -> list[str]:
+    """The commands of a shell block, continuation lines joined."""
+    return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
+
+
+def terminal(pod: Mapping[str, Any] | None) -> bool:
+    return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+async def check_through_port_forwards(operator: Operator, kubelet: kubelet_module.Kubelet) -> None:
+    """The guide's port-forward block and CLI block, run as written but for the local ports
+    (free ones, in place of 50051, 8080 and 50052, which may be taken on this machine): both
+    port-forwards start (``Forwarding from``), the controller's and the store's gRPC health
+    answer SERVING through them, /healthz and /readyz answer ok, and the CLI applies a swarm
+    and shows its status; the controller's worker Pod runs, and its sidecar reaches the
+    controller through the Service (`kubectl logs POD -c restorer` shows its restore)."""
+    local = {port: ports.free_port() for port in (50051, 8080, 50052)}
+
+    def localized(command: str) -> str:
+        for port, free in local.items():
+            command = command.replace(f"{port}:{port}", f"{free}:{port}")
+            command = command.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}")
+        return command
+
+    commands = guide_commands(k8s.shell_block("port-forward svc/agentihooks-controller"))
+    forwards = [c.removesuffix("&").strip() for c in commands if c.endswith("&")]
+    checks = [c for c in commands if not c.endswith("&")]
+    assert len(forwards) == 2 and len(checks) == 3, commands
+    env = {**operator.env, "PATH": f"{pathlib.Path(sys.executable).parent}:{operator.env['PATH']}"}
+    async with contextlib.AsyncExitStack() as stack:
+        for forward in forwards:
+            await stack.enter_async_context(
+                kubectl.background(
+                    localized(forward), cwd=operator.root, env=env, ready="Forwarding from"
+                )
+            )
+        answers = await kubectl.succeed(localized("\n".join(checks)), cwd=operator.root, env=env)
+        assert answers.count('"status": "SERVING"') == 2, answers
+        assert answers.strip().endswith('{"status": "ok"}'), answers
+        (operator.root / "swarm.yaml").write_text(KUBERNETES_SWARM)
+        cli = k8s.shell_block("s/^operator-token=//p")
+        shown = await kubectl.succeed(localized(cli), cwd=operator.root, env=env)
+        assert "admitted example.eng-1.1" in shown, shown
+        assert re.search(r"^t-eng-1 +eng-1 +worker +Write the progress notes$", shown, re.M), shown
+        assert shown.strip().endswith('{"status": "ready"}'), shown
+    # The controller made the seat's worker Pod through the in-cluster API; its sidecar fetched
+    # the launch record from the controller's Service and restored (fresh: generation 1). The
+    # "image" here has no Claude Code, so the entry point then stops with 127.
+    worker = templates.pod_name("example", "example.eng-1.1")
+    await kubelet.wait_for_pod(NAMESPACE, worker, terminal, timeout=300)
+    logs = await operator.run(
+        inline_command("kubectl logs POD -c restorer").replace("POD", worker) + f" -n {NAMESPACE}"
+    )
+    ready = [json.loads(line) for line in logs.splitlines() if '"restore_ready"' in line]
+    assert ready and ready[0]["execution_id"] == "example.eng-1.1", logs
+    assert ready[0]["recovery"] == "fresh", logs
+    pod = operator.emulator.get("pods", worker, NAMESPACE)
+    (entry,) = pod["status"]["containerStatuses"]
+    assert entry["state"]["terminated"]["exitCode"] == 127, entry
+
+
+KUBERNETES_SWARM = """\
+swarm: example
+worker_image: registry.local/agent-worker:1.4.2
+harness: claude_code
+command: ["claude"]
+restore_automation: true
+checkpoint_remote: true
+seats:
+  - seat: eng-1
+    task: {text: "Write the progress notes", awaiting: worker}
+"""

@@ -26,6 +26,13 @@ checks what `_validate` checks, not every field):
   ``data`` and ``data`` is kept as canonical base64 (line breaks dropped, as the real decoder
   ignores them).
 - Errors are ``Status`` objects with the real reasons and messages (404 ``NotFound``...).
+- Services get a cluster IP (``spec.clusterIP``, kept across updates) from 10.96.0.0/12;
+  Endpoints are stored as given. ``pods/NAME/log`` is fetched from the node's kubelet,
+  ``pods/NAME/portforward`` streams to the Pod's address (`tests.support.portforward`, the
+  WebSocket tunnel kubectl 1.31+ uses) and ``serviceaccounts/NAME/token`` issues a token.
+- With ``in_cluster=True`` (or `serve_in_cluster`) the same API is also served over HTTPS for
+  Pods, behind the Service ``default/kubernetes``, with ``kube-root-ca.crt`` and the service
+  account ``default`` in every namespace (see `serve_in_cluster`).
 
 The Python side lets a test play kubelet, scheduler and node: `K8sEmulator.set_pod_status`,
 `bind_pod`, `add_node`, `set_node_ready`, `remove_node`, `finish_deletion` (with
@@ -48,10 +55,15 @@ import contextlib
 import copy
 import dataclasses
 import datetime
+import ipaddress
 import json
+import os
 import re
 import secrets
+import shutil
 import socket
+import ssl
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
@@ -60,6 +72,8 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 from kubernetes_asyncio import client
+
+from tests.support import portforward
 
 # resource -> (kind, namespaced, group/version): what the controller uses (Pods, Secrets, Nodes)
 # and what `kubectl apply -k deploy/k8s/` creates.
@@ -71,6 +85,7 @@ _KINDS = {
     "serviceaccounts": ("ServiceAccount", True, "v1"),
     "configmaps": ("ConfigMap", True, "v1"),
     "services": ("Service", True, "v1"),
+    "endpoints": ("Endpoints", True, "v1"),
     "persistentvolumeclaims": ("PersistentVolumeClaim", True, "v1"),
     "events": ("Event", True, "v1"),
     "deployments": ("Deployment", True, "apps/v1"),
@@ -91,6 +106,7 @@ _SHORT_NAMES = {
     "serviceaccounts": ["sa"],
     "configmaps": ["cm"],
     "services": ["svc"],
+    "endpoints": ["ep"],
     "persistentvolumeclaims": ["pvc"],
     "events": ["ev"],
     "deployments": ["deploy"],
@@ -174,15 +190,27 @@ class _Watcher:
 class K8sEmulator:
     """The emulated API server. Start it with `start` (or `serving`), stop it with `stop`."""
 
-    def __init__(self, *, gone_as_status: bool = False, history: int = 200_000) -> None:
+    def __init__(
+        self, *, gone_as_status: bool = False, history: int = 200_000, in_cluster: bool = False
+    ) -> None:
         """Prepare an empty cluster.
 
         Args:
             gone_as_status: Answer a watch from a compacted resourceVersion with HTTP 410 (the
                 etcd path) instead of a 200 stream holding one ERROR event (the watch cache).
             history: Events kept for watches that resume from a resourceVersion.
+            in_cluster: Also serve HTTPS for Pods (see `serve_in_cluster`) from `start`.
         """
         self.gone_as_status = gone_as_status
+        self.in_cluster = in_cluster
+        self.https_port = 0
+        """The in-cluster HTTPS listener's port on 127.0.0.1 (0 until `serve_in_cluster`)."""
+        self.ca_pem = b""
+        """The PEM of the CA that signed the HTTPS listener's certificate."""
+        self.tokens: dict[str, tuple[str, str]] = {}
+        """Tokens issued through TokenRequest -> (namespace, service account)."""
+        self._tls: Any = None
+        self._https_runner: web.AppRunner | None = None
         self.hold_deletions = False
         """Keep gracefully deleted Pods bound to a node Terminating until `finish_deletion`."""
         self.calls: collections.Counter[str] = collections.Counter()
@@ -211,6 +239,85 @@ class K8sEmulator:
         port = await self._serve(0)
         self.url = f"http://127.0.0.1:{port}"
         self.api_client = self.client()
+        if self.in_cluster:
+            await self.serve_in_cluster()
+
+    async def serve_in_cluster(self) -> None:
+        """Serve the same API over HTTPS for Pods, as a cluster's API server is reached from
+        inside: a CA and a certificate for the Service ``default/kubernetes`` (its cluster IP,
+        ``kubernetes.default.svc`` and 127.0.0.1), that Service with an Endpoints object naming
+        the HTTPS port on 127.0.0.1 (a Service proxy forwards the cluster IP there), and the
+        ConfigMap ``kube-root-ca.crt`` (``ca.crt``) and the service account ``default`` in every
+        namespace, made for each new namespace too, as the cluster's controllers do. A
+        TokenRequest (``serviceaccounts/NAME/token``) issues a token, remembered in `tokens`;
+        tokens are not checked (every request is allowed)."""
+        if self.https_port:
+            return
+        service_ip = self._allocate_ip()
+        self._tls = _tls_context(service_ip)
+        self.ca_pem = self._tls[1]
+        self._https_runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
+        await self._https_runner.setup()
+        site = web.TCPSite(self._https_runner, "127.0.0.1", 0, ssl_context=self._tls[0])
+        await site.start()
+        self.https_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        if self.get("namespaces", "default") is None:
+            self.create("namespaces", {"metadata": {"name": "default"}})
+        self.create(
+            "services",
+            {
+                "metadata": {"name": "kubernetes", "labels": {"component": "apiserver"}},
+                "spec": {
+                    "clusterIP": service_ip,
+                    "ports": [{"name": "https", "port": 443, "targetPort": self.https_port}],
+                },
+            },
+            "default",
+        )
+        self.create(
+            "endpoints",
+            {
+                "metadata": {"name": "kubernetes"},
+                "subsets": [
+                    {
+                        "addresses": [{"ip": "127.0.0.1"}],
+                        "ports": [{"name": "https", "port": self.https_port}],
+                    }
+                ],
+            },
+            "default",
+        )
+        for namespace in self.objects("namespaces"):
+            self._publish_ca(namespace["metadata"]["name"])
+
+    def _publish_ca(self, namespace: str) -> None:
+        """What a cluster's controllers put in every namespace: the ``default`` service account
+        and the CA bundle ``kube-root-ca.crt`` (only when serving in-cluster)."""
+        if not self.ca_pem:
+            return
+        if self.get("serviceaccounts", "default", namespace) is None:
+            self.create("serviceaccounts", {"metadata": {"name": "default"}}, namespace)
+        if self.get("configmaps", "kube-root-ca.crt", namespace) is None:
+            self.create(
+                "configmaps",
+                {
+                    "metadata": {"name": "kube-root-ca.crt"},
+                    "data": {"ca.crt": self.ca_pem.decode()},
+                },
+                namespace,
+            )
+
+    def _allocate_ip(self) -> str:
+        """A free cluster IP in 10.96.0.0/12 (random, so that two emulators on one machine,
+        each with a Service proxy, rarely pick the same)."""
+        taken = {
+            (e.obj.get("spec") or {}).get("clusterIP") for e in self._store["services"].values()
+        }
+        while True:
+            number = secrets.randbelow(2**20 - 2) + 1
+            address = f"10.{96 + (number >> 16)}.{(number >> 8) & 255}.{number & 255}"
+            if address not in taken and not address.endswith(".255"):
+                return address
 
     async def pause_serving(self) -> None:
         """Stop serving, as an API server that went away: every open connection (watches
@@ -226,6 +333,17 @@ class K8sEmulator:
             await self._serve(int(self.url.rsplit(":", 1)[1]))
 
     async def _serve(self, port: int) -> int:
+        self._runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # The port again after `pause_serving`, though its connections linger in TIME_WAIT.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        await web.SockSite(self._runner, sock).start()
+        bound: int = sock.getsockname()[1]
+        return bound
+
+    def _app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 2**20)
         app.router.add_get("/version", self._version)
         app.router.add_get("/api", self._discovery)
@@ -243,15 +361,7 @@ class K8sEmulator:
             app.router.add_route("*", prefix + "/{resource}", self._collection)
             app.router.add_route("*", prefix + "/{resource}/{name}", self._item)
             app.router.add_route("*", prefix + "/{resource}/{name}/{sub}", self._item)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        # The port again after `pause_serving`, though its connections linger in TIME_WAIT.
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        await web.SockSite(self._runner, sock).start()
-        bound: int = sock.getsockname()[1]
-        return bound
+        return app
 
     async def stop(self) -> None:
         """End every watch, close the clients made here and stop serving."""
@@ -262,6 +372,9 @@ class K8sEmulator:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self._https_runner is not None:
+            await self._https_runner.cleanup()
+            self._https_runner = None
 
     def client(self) -> Any:
         """A new kubernetes-asyncio ApiClient for this emulator, closed by `stop`."""
@@ -543,6 +656,12 @@ class K8sEmulator:
             if sub == "log" and resource == "pods" and verb == "get":
                 self._count("get pods/log")
                 return await self._log(request, self._entry(resource, namespace, name))
+            if sub == "token" and resource == "serviceaccounts" and request.method == "POST":
+                self._count("create serviceaccounts/token")
+                return self._json(201, self._token(self._entry(resource, namespace, name)))
+            if sub == "portforward" and resource == "pods" and request.method in ("GET", "POST"):
+                self._count("create pods/portforward")
+                return await self._port_forward(request, self._entry(resource, namespace, name))
             if verb is None or sub not in (None, "status", "binding", "scale"):
                 raise ApiError(405, f"the server does not allow this method on {path}")
             if (
@@ -568,6 +687,41 @@ class K8sEmulator:
             return self._json(200, self._update(resource, entry, body, status_only=bool(sub)))
         except ApiError as exc:
             return _status(exc)
+
+    def _token(self, entry: _Entry) -> dict[str, Any]:
+        """A TokenRequest's answer: a new token for the service account, for an hour."""
+        meta = entry.obj["metadata"]
+        token = "emulated." + secrets.token_urlsafe(32)
+        self.tokens[token] = (meta["namespace"], meta["name"])
+        expires = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+        return {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "spec": {"audiences": ["https://kubernetes.default.svc"], "expirationSeconds": 3600},
+            "status": {
+                "token": token,
+                "expirationTimestamp": expires.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+        }
+
+    async def _port_forward(self, request: web.Request, entry: _Entry) -> web.StreamResponse:
+        """``pods/NAME/portforward``: streams to the Pod's ports at its ``status.podIP``, as the
+        API server does through the kubelet (`tests.support.portforward`)."""
+        status = entry.obj.get("status") or {}
+        if status.get("phase") != "Running" or not status.get("podIP"):
+            name = entry.obj["metadata"]["name"]
+            raise ApiError(
+                400,
+                f"unable to upgrade connection: pod {name} is not running: "
+                f"{status.get('phase') or 'Pending'}",
+            )
+        address = status["podIP"]
+
+        async def dial(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+            return await asyncio.open_connection(address, port)
+
+        return await portforward.serve(request, dial)
 
     async def _log(self, request: web.Request, entry: _Entry) -> web.Response:
         """``pods/NAME/log``: the container's log, fetched from the kubelet of the Pod's node
@@ -873,6 +1027,12 @@ class K8sEmulator:
             new["data"] = _canonical_data(new.get("data"))
         if resource in _SCALED and not status_only:
             _defaulted(resource, new)
+        if resource == "services":
+            # The cluster IP is the server's and cannot change (a replace that leaves it out
+            # keeps it, as kubectl's three-way merge does).
+            for field in ("clusterIP", "clusterIPs", "type"):
+                if field in (old.get("spec") or {}):
+                    new.setdefault("spec", {}).setdefault(field, old["spec"][field])
         if resource in _SCALED:
             # The workload's generation counts its spec's changes, not its status's.
             generation = int(old["metadata"].get("generation") or 1)
@@ -971,6 +1131,12 @@ class K8sEmulator:
         if resource in _SCALED:
             meta["generation"] = 1
             _defaulted(resource, body)
+        if resource == "services":
+            spec = body.setdefault("spec", {})
+            spec.setdefault("type", "ClusterIP")
+            if not spec.get("clusterIP"):
+                spec["clusterIP"] = self._allocate_ip()
+            spec.setdefault("clusterIPs", [spec["clusterIP"]])
         if resource == "secrets":
             data = body.setdefault("data", {})
             for key, value in (body.pop("stringData", None) or {}).items():
@@ -1003,6 +1169,8 @@ class K8sEmulator:
                 raw,
             )
         )
+        if resource == "namespaces" and old is None:
+            self._publish_ca(body["metadata"]["name"])
         return json.loads(raw)
 
     def _remove(self, resource: str, entry: _Entry, *, orphan: bool = False) -> Any:
@@ -1281,6 +1449,68 @@ def _secret_bytes(value: Any) -> bytes:
     if not isinstance(value, str):
         raise TypeError("a Secret's data value is a string")
     return base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
+
+
+def _tls_context(service_ip: str) -> tuple[ssl.SSLContext, bytes]:
+    """A new CA and a server certificate it signed for the API server's in-cluster names: the
+    server's TLS context and the CA's PEM."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "emulator-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    names = ["kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    names.append("kubernetes.default.svc.cluster.local")
+    addresses = [ipaddress.ip_address(a) for a in (service_ip, "127.0.0.1")]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(n) for n in names] + [x509.IPAddress(a) for a in addresses]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    folder = tempfile.mkdtemp(prefix="emulator-tls-")
+    try:
+        cert_path, key_path = os.path.join(folder, "tls.crt"), os.path.join(folder, "tls.key")
+        with open(cert_path, "wb") as f:
+            f.write(cert.public_bytes(serialization.Encoding.PEM))
+        with open(key_path, "wb") as f:
+            f.write(
+                key.private_bytes(
+                    serialization.Encoding.PEM,
+                    serialization.PrivateFormat.PKCS8,
+                    serialization.NoEncryption(),
+                )
+            )
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(cert_path, key_path)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return context, ca.public_bytes(serialization.Encoding.PEM)
 
 
 def _defaulted(resource: str, body: dict[str, Any]) -> None:

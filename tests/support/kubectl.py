@@ -4,12 +4,14 @@ run beside the emulator's event loop (never blocking it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pathlib
 import re
 import shutil
+import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 
 import pytest
 import yaml
@@ -97,3 +99,47 @@ async def succeed(
     if code != 0:
         pytest.fail(f"exit {code} from:\n{script}\nstdout:\n{out}\nstderr:\n{err}")
     return out
+
+
+@contextlib.asynccontextmanager
+async def background(
+    command: str,
+    *,
+    cwd: pathlib.Path,
+    env: Mapping[str, str],
+    ready: str,
+    timeout: float = 300,
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """Run `command` (bash) in the background, as a shell's ``&``, until the block ends; yields
+    once a line of its output contains `ready` (failing the test with its output if it exits or
+    `timeout` passes first). It is killed, with its children, on the way out."""
+    process = await asyncio.create_subprocess_exec(
+        "bash",
+        "-euo",
+        "pipefail",
+        "-c",
+        command,
+        cwd=cwd,
+        env=dict(env),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    assert process.stdout is not None
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while ready not in "".join(seen):
+                line = await process.stdout.readline()
+                if not line:
+                    await process.wait()
+                    pytest.fail(f"{command!r} exited {process.returncode}:\n{''.join(seen)}")
+                seen.append(line.decode(errors="replace"))
+    except TimeoutError:
+        pytest.fail(f"{command!r} did not print {ready!r} in {timeout} s:\n{''.join(seen)}")
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await process.wait()

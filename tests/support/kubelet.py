@@ -83,16 +83,28 @@ What a Pod gets, as the kubelet and a container runtime would give it:
   ``kubectl logs [--previous]``); logs and claims' folders are kept until the kubelet closes,
   other volumes until the Pod is deleted.
 
-Not emulated: networking (every Pod shares the host's network: podIP 127.0.0.1, ports can
-collide), PID and IPC namespaces (a container's main process is not PID 1), images and pulls,
-CPU limits, lifecycle hooks, projected, downwardAPI and other volume types, ephemeral
-containers, in-place updates, evictions. Secret and ConfigMap volumes are files under the
-kubelet's folder (not a tmpfs), written when the Pod starts and not updated when the object
-changes. A claim is only a folder on this machine, one per kubelet (like a local volume: a Pod
-on another node sees another folder): no PersistentVolume or binding (the claim's ``status`` is
-neither read nor written), no capacity, StorageClass or access-mode enforcement (any number of
-Pods may mount it read-write), and its data stays when the claim is deleted (a claim made again
-with the same name sees it). A
+- With ``network=True`` (`tests.support.pod_network`): each Pod's sandbox also has its own
+  network namespace (``unshare --net``), joined to the node's bridge by a veth pair; the Pod's
+  address (``status.podIP``, ``fieldRef: status.podIP``) is on the node's /24 of 10.244.0.0/16
+  and probes go to it. Every container's ``/etc/hosts`` names each Service's cluster IP (kept
+  current as Services change) and its ``/etc/resolv.conf`` has the cluster's search path.
+  When the API server serves in-cluster (the Service ``default/kubernetes`` exists), containers
+  get ``KUBERNETES_SERVICE_HOST``/``PORT`` and, unless ``automountServiceAccountToken`` is
+  false, ``/var/run/secrets/kubernetes.io/serviceaccount`` (``token`` from a TokenRequest for
+  the Pod's service account, ``ca.crt`` from ``kube-root-ca.crt``, ``namespace``); a missing
+  service account keeps the Pod ``ContainerCreating``. `pod_network.ServiceProxy` forwards the
+  cluster IPs.
+
+Not emulated: networking without ``network=True`` (every Pod shares the host's network: podIP
+127.0.0.1, ports can collide), PID and IPC namespaces (a container's main process is not PID 1),
+images and pulls, CPU limits, lifecycle hooks, projected (but the service account token),
+downwardAPI and other volume types, ephemeral containers, in-place updates, evictions. Secret
+and ConfigMap volumes are files under the kubelet's folder (not a tmpfs), written when the Pod
+starts and not updated when the object changes. A claim is only a folder on this machine, one
+per kubelet (like a local volume: a Pod on another node sees another folder): no
+PersistentVolume or binding (the claim's ``status`` is neither read nor written), no capacity,
+StorageClass or access-mode enforcement (any number of Pods may mount it read-write), and its
+data stays when the claim is deleted (a claim made again with the same name sees it). A
 ``hostPath`` of type ``DirectoryOrCreate`` is created on the host, as it is by a kubelet.
 
 API: `Kubelet` (``start``, ``stop``, ``close``, ``logs``, ``log_path``, ``volume_path``,
@@ -137,9 +149,12 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
+from tests.support import pod_network
+
 log = logging.getLogger("tests.kubelet")
 
 HOST_IP = "127.0.0.1"
+_SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
@@ -161,7 +176,9 @@ try:
         with open(path, "w") as f:
             f.write(me)
     libc = ctypes.CDLL(None, use_errno=True)
-    for path, kind in ((c.get("uts"), 0x04000000), (c.get("ns"), 0x00020000)):
+    for path, kind in (
+        (c.get("uts"), 0x04000000), (c.get("net"), 0x40000000), (c.get("ns"), 0x00020000)
+    ):
         if path:
             fd = os.open(path, os.O_RDONLY)
             if libc.setns(fd, kind) != 0:
@@ -313,7 +330,12 @@ try:
                 folder = root.resolve("/" + "/".join(parts[:depth]), False)
                 if folder is not None and not os.stat(folder).st_mode & 0o001:
                     root.own(folder, 0o111)
-        volumes = sorted(spec["mounts"], key=lambda m: m["path"].rstrip("/").count("/"))
+        # Folders by depth, then files (/etc/hosts): a folder made ours later would hide a file
+        # bound into it before.
+        volumes = sorted(
+            spec["mounts"],
+            key=lambda m: (not os.path.isdir(m["source"]), m["path"].rstrip("/").count("/")),
+        )
         for m in volumes:
             root.bind(m["source"], m["path"], m["readonly"], m.get("recursive", False))
         for image in images:
@@ -742,6 +764,8 @@ class _Pod:
     lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
     written: dict[str, Any] | None = None
     transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    ip: str = HOST_IP
+    """The Pod's address: its own with a Pod network, else the host's."""
 
     @property
     def uid(self) -> str:
@@ -782,6 +806,7 @@ class Kubelet:
         image_paths: Sequence[str] | None = None,
         path: str | None = None,
         heartbeat: float | None = None,
+        network: bool = False,
     ) -> None:
         """Prepare a kubelet; `start` registers the node and runs its Pods.
 
@@ -802,6 +827,11 @@ class Kubelet:
                 ``/usr/local/bin:/usr/bin:/bin``.
             heartbeat: Seconds between posts of the Node's conditions (Ready True) while the
                 node runs, as a kubelet's node status updates; None posts them only at start.
+            network: Give each Pod its own network namespace and address on the node's bridge
+                (`tests.support.pod_network`), Service names in its ``/etc/hosts``, the
+                ``KUBERNETES_SERVICE_HOST``/``PORT`` variables and a service account token
+                volume; probes go to the Pod's address. Without it Pods share the host's
+                network (podIP 127.0.0.1).
         """
         self.api_url = api_url
         self.node_name = node_name
@@ -835,6 +865,9 @@ class Kubelet:
         self._stopped_groups: list[int] = []
         self._informer: asyncio.Task[None] | None = None
         self._node_transitions: dict[str, tuple[str, str]] = {}
+        self.network: pod_network.PodNetwork | None = pod_network.PodNetwork() if network else None
+        self._services: dict[str, dict[str, Any]] = {}
+        self._services_seen = asyncio.Event()
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -878,6 +911,12 @@ class Kubelet:
                 self._freezer.mkdir()
             await self._api.open()
             await self._serve_logs()
+            if self.network is not None:
+                self.network.open()
+                self._spawn(
+                    _inform(self._api, "/api/v1/services", {}, self._on_service),
+                    f"kubelet {self.node_name} services",
+                )
             await self._register()
             self._running.set()
             self._informer = self._spawn(
@@ -949,6 +988,8 @@ class Kubelet:
         if self._log_server is not None:
             await self._log_server.cleanup()
             self._log_server = None
+        if self.network is not None:
+            self.network.close()
         if self._created_root:
             shutil.rmtree(self.root, ignore_errors=True)
         else:
@@ -1432,9 +1473,19 @@ class Kubelet:
             else:
                 kinds = sorted(k for k in volume if k != "name")
                 raise _MountError(f"volume {name!r}: unsupported volume type {kinds}")
+        extra: list[dict[str, Any]] = []
+        if self.network is not None:
+            pod.ip = self.network.allocate(pod.uid)
+            self._write_hosts(pod)
+            (pod.folder / "resolv.conf").write_text(pod_network.resolv_conf(pod.namespace))
+            extra.append({"source": str(pod.folder / "hosts"), "path": "/etc/hosts"})
+            extra.append({"source": str(pod.folder / "resolv.conf"), "path": "/etc/resolv.conf"})
+            account = await self._service_account_volume(pod)
+            if account is not None:
+                extra.append({"source": str(account), "path": _SERVICE_ACCOUNT, "readonly": True})
         roots = []
         for c in pod.containers:
-            mounts = []
+            mounts = [{"readonly": False, "recursive": False, **m} for m in extra]
             for m in c.spec.get("volumeMounts") or ():
                 if m["name"] not in sources:
                     raise _MountError(f"container {c.name}: no volume named {m['name']!r}")
@@ -1468,6 +1519,66 @@ class Kubelet:
             "images": self.image_paths,
         }
         await self._start_sandbox(pod, config)
+
+    # -- the Pod network (with `network`) ----------------------------------------------------
+
+    async def _on_service(self, kind: str, service: dict[str, Any]) -> None:
+        """Keep the Services, and every Pod's ``/etc/hosts`` naming them, current."""
+        key = f"{service['metadata']['namespace']}/{service['metadata']['name']}"
+        if kind == "DELETED":
+            self._services.pop(key, None)
+        else:
+            self._services[key] = service
+        for pod in list(self._pods.values()):
+            if (pod.folder / "hosts").exists():
+                self._write_hosts(pod)
+
+    def _write_hosts(self, pod: _Pod) -> None:
+        text = pod_network.hosts_file(pod.namespace, pod.name, pod.ip, self._services.values())
+        # In place: the file is bound over /etc/hosts, so it must stay the same inode.
+        with open(pod.folder / "hosts", "a+") as f:
+            f.seek(0)
+            if f.read() != text:
+                f.seek(0)
+                f.truncate()
+                f.write(text)
+        os.chmod(pod.folder / "hosts", 0o644)
+
+    async def _service_account_volume(self, pod: _Pod) -> Path | None:
+        """The service account token volume the API server's admission gives a Pod unless
+        ``automountServiceAccountToken`` is false (on the Pod, else on its service account):
+        ``token`` (a TokenRequest for the Pod's service account), ``ca.crt`` (the namespace's
+        ``kube-root-ca.crt``) and ``namespace``. None when not mounted, or when the cluster has
+        no in-cluster API (no Service ``default/kubernetes``)."""
+        if "default/kubernetes" not in self._services:
+            return None
+        name = pod.spec.get("serviceAccountName") or "default"
+        automount = pod.spec.get("automountServiceAccountToken")
+        account = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/serviceaccounts/{name}")
+        if account is None:
+            raise _MountError(f'serviceaccount "{name}" not found')
+        if automount is None:
+            automount = account.get("automountServiceAccountToken", True)
+        if not automount:
+            return None
+        ca = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/configmaps/kube-root-ca.crt")
+        if ca is None:
+            raise _MountError('configmap "kube-root-ca.crt" not found')
+        answer = await self._api.call(
+            "POST",
+            f"/api/v1/namespaces/{pod.namespace}/serviceaccounts/{name}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+        folder = pod.folder / "serviceaccount"
+        folder.mkdir(exist_ok=True)
+        files = [
+            ("token", answer["status"]["token"].encode(), 0o644),
+            ("ca.crt", ca["data"]["ca.crt"].encode(), 0o644),
+            ("namespace", pod.namespace.encode(), 0o644),
+        ]
+        security = pod.spec.get("securityContext") or {}
+        _write_files(folder, files, security.get("fsGroup"))
+        return folder
 
     async def _write_object_volume(
         self, pod: _Pod, kind: str, source: Mapping[str, Any], folder: Path, fs_group: Any
@@ -1538,6 +1649,7 @@ class Kubelet:
                 shutil.which("unshare") or "unshare",
                 "--mount",
                 "--uts",
+                *(["--net"] if self.network is not None else []),
                 "--propagation",
                 "private",
                 "--",
@@ -1567,6 +1679,12 @@ class Kubelet:
             self._procs.discard(proc)
             raise _MountError(f"the Pod sandbox failed: {line or 'no answer'}")
         pod.sandbox = proc
+        if self.network is not None:
+            try:
+                pod.ip = await asyncio.to_thread(self.network.attach, pod.uid, proc.pid)
+            except OSError as exc:
+                await self._stop_sandbox(pod)
+                raise _MountError(f"the Pod network failed: {exc}") from exc
         pod.sandbox_ready = True
         pod.cgroup = self._memory / f"pod{pod.uid}" if self._memory else None
         if pod.cgroup is not None:
@@ -1582,6 +1700,8 @@ class Kubelet:
             proc.stdin.close()
         await _reap(proc, kill=True)
         self._procs.discard(proc)
+        if self.network is not None:
+            await asyncio.to_thread(self.network.detach, pod.uid)
 
     async def _remove_cgroups(self, pod: _Pod) -> None:
         for c in pod.containers:
@@ -1679,6 +1799,15 @@ class Kubelet:
             home = pwd.getpwuid(uid).pw_dir or "/"
         except KeyError:
             home = "/"
+        master = self._services.get("default/kubernetes")
+        if self.network is not None and master is not None:
+            ports = master["spec"].get("ports") or [{}]
+            port = ports[0].get("port", 443)
+            env = {
+                "KUBERNETES_SERVICE_HOST": master["spec"]["clusterIP"],
+                "KUBERNETES_SERVICE_PORT": str(port),
+                **env,
+            }
         return {"PATH": self.path, "HOSTNAME": pod.name, "HOME": home, **env}
 
     def _field(self, pod: _Pod, path: str) -> str:
@@ -1693,7 +1822,7 @@ class Kubelet:
             "spec.nodeName": self.node_name,
             "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"),
             "status.hostIP": HOST_IP,
-            "status.podIP": HOST_IP,
+            "status.podIP": pod.ip,
         }
         if path not in values:
             raise _ConfigError(f"unsupported fieldRef {path}")
@@ -1803,6 +1932,7 @@ class Kubelet:
             "cgroups": cgroups,
             "ns": f"/proc/{pod.sandbox.pid}/ns/mnt",
             "uts": f"/proc/{pod.sandbox.pid}/ns/uts",
+            "net": f"/proc/{pod.sandbox.pid}/ns/net" if self.network is not None else None,
             "root": str(pod.folder / "roots" / c.name),
             "report": write_end,
         }
@@ -1986,7 +2116,7 @@ class Kubelet:
                 return await self._exec_probe(pod, c, probe["exec"].get("command") or [], timeout)
             if "tcpSocket" in probe:
                 port = _port(c.spec, probe["tcpSocket"]["port"])
-                host = probe["tcpSocket"].get("host") or HOST_IP
+                host = probe["tcpSocket"].get("host") or pod.ip
                 async with asyncio.timeout(timeout):
                     _, writer = await asyncio.open_connection(host, port)
                 writer.close()
@@ -1997,7 +2127,7 @@ class Kubelet:
                 get = probe["httpGet"]
                 port = _port(c.spec, get["port"])
                 url = (
-                    f"{get.get('scheme', 'HTTP').lower()}://{get.get('host') or HOST_IP}:{port}"
+                    f"{get.get('scheme', 'HTTP').lower()}://{get.get('host') or pod.ip}:{port}"
                     f"{get.get('path', '/')}"
                 )
                 assert self._api.session is not None
@@ -2007,7 +2137,7 @@ class Kubelet:
                     return 200 <= response.status < 400
             if "grpc" in probe:
                 return await _grpc_probe(
-                    int(probe["grpc"]["port"]), probe["grpc"].get("service") or "", timeout
+                    pod.ip, int(probe["grpc"]["port"]), probe["grpc"].get("service") or "", timeout
                 )
         except (OSError, TimeoutError, aiohttp.ClientError, ValueError):
             return False
@@ -2140,8 +2270,8 @@ class Kubelet:
         if pod.init:
             status["initContainerStatuses"] = [self._container_status(c) for c in pod.init]
         if pod.sandbox_ready or terminal:
-            status["podIP"] = HOST_IP
-            status["podIPs"] = [{"ip": HOST_IP}]
+            status["podIP"] = pod.ip
+            status["podIPs"] = [{"ip": pod.ip}]
         if current.get("qosClass"):
             status["qosClass"] = current["qosClass"]
         if pod.message and not terminal:
@@ -2400,11 +2530,11 @@ async def _read_all(fd: int) -> bytes:
         transport.close()
 
 
-async def _grpc_probe(port: int, service: str, timeout: float) -> bool:
+async def _grpc_probe(host: str, port: int, service: str, timeout: float) -> bool:
     import grpc  # only probes need it
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    async with grpc.aio.insecure_channel(f"{HOST_IP}:{port}") as channel:
+    async with grpc.aio.insecure_channel(f"{host}:{port}") as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         try:
             answer = await stub.Check(
