@@ -281,7 +281,9 @@ class ServiceProxy:
 
     async def _listen(self, address: str, port: int) -> None:
         if self._addresses.get(address, 0) == 0:
-            done = _ip("addr", "add", f"{address}/32", "dev", "lo", check=False)
+            done = await asyncio.to_thread(
+                _ip, "addr", "add", f"{address}/32", "dev", "lo", check=False
+            )
             if done.returncode != 0 and b"exists" not in done.stderr:
                 log.error("cannot add %s to lo: %s", address, done.stderr.decode().strip())
                 return
@@ -297,20 +299,20 @@ class ServiceProxy:
             self._listeners[address, port] = await asyncio.start_server(accept, address, port)
         except OSError as exc:
             log.error("cannot listen on %s:%d: %s", address, port, exc)
-            self._release(address)
+            await self._release(address)
 
     async def _unlisten(self, key: tuple[str, int]) -> None:
         server = self._listeners.pop(key)
         server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), 5)
-        self._release(key[0])
+        await self._release(key[0])
 
-    def _release(self, address: str) -> None:
+    async def _release(self, address: str) -> None:
         self._addresses[address] -= 1
         if self._addresses[address] == 0:
             del self._addresses[address]
-            _ip("addr", "del", f"{address}/32", "dev", "lo", check=False)
+            await asyncio.to_thread(_ip, "addr", "del", f"{address}/32", "dev", "lo", check=False)
 
     def backends(self, namespace: str, name: str, port: int) -> list[tuple[str, int]]:
         """The ready endpoints of a Service's port, as (address, port)."""
