@@ -19,7 +19,7 @@ import pathlib
 import secrets
 import stat
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from services.common.checkpoints import storing
 
@@ -294,49 +294,69 @@ class LocalStore:
         return await asyncio.to_thread(self._get_manifest, checkpoint_id)
 
     def _get_manifest(self, checkpoint_id: str) -> bytes | None:
-        dir_fd = _open_dir(self._root, [*self._parts, "records"], create=False)
+        dir_fd = self._records_dir()
         if dir_fd is None:
             return None
         try:
-            fd = _open_file(dir_fd, f"{checkpoint_id}.json")
+            return _read_manifest(dir_fd, checkpoint_id)
         finally:
             os.close(dir_fd)
-        if fd is None:
-            return None
-        with io.FileIO(fd, "r", closefd=True) as file:
-            data = file.read(storing.MAX_MANIFEST_BYTES + 1)
-        if len(data) > storing.MAX_MANIFEST_BYTES:
-            raise storing.ObjectTooLarge("the manifest is over the size limit")
-        return data
+
+    def _records_dir(self) -> int | None:
+        """The scope's records folder, opened (None when it does not exist)."""
+        return _open_dir(self._root, [*self._parts, "records"], create=False)
 
     async def list_checkpoint_ids(self) -> list[str]:
         """Ids of the manifests in this scope, sorted."""
         return await asyncio.to_thread(self._list)
 
     async def get_manifests(self) -> list[tuple[str, bytes | storing.StoreError | None]]:
-        """Every manifest of the scope, listed and read in one worker thread."""
+        """Every manifest of the scope, listed and read in one worker thread, through one
+        opening of the records folder (each opening walks the path a folder at a time)."""
 
         def read_all() -> list[tuple[str, bytes | storing.StoreError | None]]:
-            return [(i, _or_error(self._get_manifest, i)) for i in self._list()]
+            dir_fd = self._records_dir()
+            if dir_fd is None:
+                return []
+            try:
+                return [(i, _or_error(_read_manifest, dir_fd, i)) for i in _list_at(dir_fd)]
+            finally:
+                os.close(dir_fd)
 
         return await asyncio.to_thread(read_all)
 
     def _list(self) -> list[str]:
-        dir_fd = _open_dir(self._root, [*self._parts, "records"], create=False)
+        dir_fd = self._records_dir()
         if dir_fd is None:
             return []
         try:
-            names = os.listdir(dir_fd)
+            return _list_at(dir_fd)
         finally:
             os.close(dir_fd)
-        ids = (name.removesuffix(".json") for name in names if name.endswith(".json"))
-        return sorted(i for i in ids if storing.is_safe_name(i))
 
 
-def _or_error(read: Callable[[str], T], name: str) -> T | storing.StoreError:
-    """`read(name)`, or the `StoreError` it raised (a batch reports each name's own)."""
+def _list_at(dir_fd: int) -> list[str]:
+    """The manifest ids in an opened records folder, sorted."""
+    ids = (name.removesuffix(".json") for name in os.listdir(dir_fd) if name.endswith(".json"))
+    return sorted(i for i in ids if storing.is_safe_name(i))
+
+
+def _read_manifest(dir_fd: int, checkpoint_id: str) -> bytes | None:
+    """One manifest's bytes from an opened records folder, or None when absent."""
+    fd = _open_file(dir_fd, f"{checkpoint_id}.json")
+    if fd is None:
+        return None
+    with io.FileIO(fd, "r", closefd=True) as file:
+        data = file.read(storing.MAX_MANIFEST_BYTES + 1)
+    if len(data) > storing.MAX_MANIFEST_BYTES:
+        raise storing.ObjectTooLarge("the manifest is over the size limit")
+    return data
+
+
+def _or_error(read: Callable[..., T], *args: Any) -> T | storing.StoreError:
+    """`read(*args)`, or the `StoreError` it raised (a batch reports each name's own)."""
     try:
-        return read(name)
+        return read(*args)
     except storing.StoreError as error:
         return error
 
