@@ -424,6 +424,21 @@ async def check_through_port_forwards(operator: Operator, kubelet: kubelet_modul
     pod = operator.emulator.get("pods", worker, NAMESPACE)
     (entry,) = pod["status"]["containerStatuses"]
     assert entry["state"]["terminated"]["exitCode"] == 127, entry
+    # The controller did it with its service account's token, as rbac.yaml allows, and can do
+    # nothing more: a Secret is not its to read.
+    emulator = operator.emulator
+    controller = f"system:serviceaccount:{NAMESPACE}:agentihooks-controller"
+    for call in ("create pods", "create secrets", "list pods", "watch pods", "list nodes"):
+        assert emulator.authorized[f"{controller} {call}"] >= 1, (call, emulator.authorized)
+    token = next(iter(emulator.tokens))
+    (operator.root / "ca.crt").write_bytes(emulator.ca_pem)
+    as_controller = (
+        f"kubectl --server=https://127.0.0.1:{emulator.https_port} --certificate-authority=ca.crt"
+        f" --token={token} -n {NAMESPACE} get secrets"
+    )
+    code, _, err = await kubectl.shell(as_controller, cwd=operator.root, env=operator.env)
+    assert code == 1, err
+    assert f'secrets is forbidden: User "{controller}" cannot list resource "secrets"' in err, err
 
 
 KUBERNETES_SWARM = """\

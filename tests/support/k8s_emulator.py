@@ -32,7 +32,9 @@ checks what `_validate` checks, not every field):
   WebSocket tunnel kubectl 1.31+ uses) and ``serviceaccounts/NAME/token`` issues a token.
 - With ``in_cluster=True`` (or `serve_in_cluster`) the same API is also served over HTTPS for
   Pods, behind the Service ``default/kubernetes``, with ``kube-root-ca.crt`` and the service
-  account ``default`` in every namespace (see `serve_in_cluster`).
+  account ``default`` in every namespace (see `serve_in_cluster`). A request bearing a token
+  issued here is authorized by the Roles, ClusterRoles and bindings stored (403 ``Forbidden``
+  otherwise); one with no token is the test's own and always allowed.
 
 The Python side lets a test play kubelet, scheduler and node: `K8sEmulator.set_pod_status`,
 `bind_pod`, `add_node`, `set_node_ready`, `remove_node`, `finish_deletion` (with
@@ -209,6 +211,8 @@ class K8sEmulator:
         """The PEM of the CA that signed the HTTPS listener's certificate."""
         self.tokens: dict[str, tuple[str, str]] = {}
         """Tokens issued through TokenRequest -> (namespace, service account)."""
+        self.authorized: collections.Counter[str] = collections.Counter()
+        """Requests RBAC allowed, by ``USER VERB RESOURCE`` (``system:serviceaccount:…``)."""
         self._tls: Any = None
         self._https_runner: web.AppRunner | None = None
         self.hold_deletions = False
@@ -249,8 +253,8 @@ class K8sEmulator:
         the HTTPS port on 127.0.0.1 (a Service proxy forwards the cluster IP there), and the
         ConfigMap ``kube-root-ca.crt`` (``ca.crt``) and the service account ``default`` in every
         namespace, made for each new namespace too, as the cluster's controllers do. A
-        TokenRequest (``serviceaccounts/NAME/token``) issues a token, remembered in `tokens`;
-        tokens are not checked (every request is allowed)."""
+        TokenRequest (``serviceaccounts/NAME/token``) issues a token, remembered in `tokens`; a
+        request bearing one is authorized by RBAC (see `_authorize`)."""
         if self.https_port:
             return
         service_ip = self._allocate_ip()
@@ -636,6 +640,7 @@ class K8sEmulator:
             resource, namespace = self._route(request, item=False)
             if verb is None:
                 raise ApiError(405, f"the server does not allow this method on {resource}")
+            self._authorize(request, verb, resource, namespace)
             self._count(f"{verb} {resource}")
             if verb == "watch":
                 return await self._watch(request, resource, namespace)
@@ -653,6 +658,10 @@ class K8sEmulator:
         try:
             resource, namespace = self._route(request, item=True)
             path = f"{resource}/{sub}" if sub else resource
+            if sub in ("token", "portforward"):
+                self._authorize(request, "create", path, namespace, name)
+            elif verb is not None:
+                self._authorize(request, verb, path, namespace, name)
             if sub == "log" and resource == "pods" and verb == "get":
                 self._count("get pods/log")
                 return await self._log(request, self._entry(resource, namespace, name))
@@ -808,6 +817,72 @@ class K8sEmulator:
         ):
             raise ApiError(404, "the server could not find the requested resource")
         return resource, namespace
+
+    def _authorize(
+        self,
+        request: web.Request,
+        verb: str,
+        path: str,
+        namespace: str | None,
+        name: str | None = None,
+    ) -> None:
+        """RBAC for a request bearing a token issued here (a Pod's service account): allowed
+        when a rule of a Role bound in the namespace, or of a ClusterRole bound there or
+        cluster-wide, names the verb, the API group, the resource (``pods/status`` for a
+        subresource) and, if it lists ``resourceNames``, the name; else 403 ``Forbidden`` with
+        the API server's message. An unknown token is 401. A request with no token is the
+        test's own (a cluster admin's) and always allowed."""
+        header = request.headers.get("Authorization", "")
+        if not header:
+            return
+        who = self.tokens.get(header.removeprefix("Bearer ").strip())
+        if who is None:
+            raise ApiError(401, "Unauthorized")
+        resource = path.split("/")[0]
+        version = _KINDS[resource][2]
+        group = version.split("/")[0] if "/" in version else ""
+        user = f"system:serviceaccount:{who[0]}:{who[1]}"
+        for rule in self._rules(who, namespace):
+            if (
+                _names(rule.get("verbs"), verb)
+                and _names(rule.get("apiGroups"), group)
+                and _names(rule.get("resources"), path)
+                and (not rule.get("resourceNames") or name in rule["resourceNames"])
+            ):
+                self.authorized[f"{user} {verb} {path}"] += 1
+                return
+        subject = f'{resource} "{name}"' if name else resource
+        where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+        raise ApiError(
+            403,
+            f'{subject} is forbidden: User "{user}" cannot {verb} resource "{path}" in API '
+            f'group "{group}" {where}',
+        )
+
+    def _rules(self, who: tuple[str, str], namespace: str | None) -> list[dict[str, Any]]:
+        """The rules of every role bound to the service account `who` that apply in
+        `namespace` (cluster-wide bindings, and the namespace's own)."""
+
+        def binds(binding: Mapping[str, Any]) -> bool:
+            return any(
+                s.get("kind") == "ServiceAccount" and (s.get("namespace"), s.get("name")) == who
+                for s in binding.get("subjects") or ()
+            )
+
+        found: list[dict[str, Any]] = []
+        bindings = [(b, None) for b in self.objects("clusterrolebindings")]
+        if namespace:
+            bindings += [(b, namespace) for b in self.objects("rolebindings", namespace)]
+        for binding, where in bindings:
+            if not binds(binding):
+                continue
+            ref = binding.get("roleRef") or {}
+            if ref.get("kind") == "Role" and where:
+                role = self.get("roles", ref.get("name", ""), where)
+            else:
+                role = self.get("clusterroles", ref.get("name", ""))
+            found += (role or {}).get("rules") or []
+        return found
 
     def _count(self, call: str) -> None:
         self.calls[call] += 1
@@ -1449,6 +1524,11 @@ def _secret_bytes(value: Any) -> bytes:
     if not isinstance(value, str):
         raise TypeError("a Secret's data value is a string")
     return base64.b64decode(value.replace("\r", "").replace("\n", ""), validate=True)
+
+
+def _names(listed: Any, value: str) -> bool:
+    """Whether an RBAC rule's list names `value` (or ``*``)."""
+    return bool(listed) and ("*" in listed or value in listed)
 
 
 def _tls_context(service_ip: str) -> tuple[ssl.SSLContext, bytes]:

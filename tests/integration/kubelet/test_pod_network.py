@@ -52,9 +52,15 @@ async def main():
     async with client.ApiClient() as api:
         namespace = open("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read()
         listed = await client.CoreV1Api(api).list_namespaced_pod(namespace)
+        try:
+            await client.CoreV1Api(api).list_namespaced_secret(namespace)
+            refused = None
+        except client.ApiException as exc:
+            refused = [exc.status, json.loads(exc.body)["message"]]
         print(json.dumps({
             "host": os.environ["KUBERNETES_SERVICE_HOST"],
             "pods": sorted(p.metadata.name for p in listed.items),
+            "secrets": refused,
         }), flush=True)
 asyncio.run(main())
 """
@@ -145,10 +151,31 @@ async def test_a_pod_with_a_service_account_reads_the_api_in_cluster(tmp_path: A
     """A Pod of a service account gets ``KUBERNETES_SERVICE_HOST``/``PORT`` and the token
     volume (token, ca.crt, namespace) and lists Pods with kubernetes-asyncio's
     ``load_incluster_config``: over HTTPS to the Service ``default/kubernetes``, verified against
-    the namespace's ``kube-root-ca.crt``, with a token the API server issued."""
+    the namespace's ``kube-root-ca.crt``, with a token the API server issued. Its Role lets it
+    list Pods; listing Secrets, which no rule grants, is refused 403 as RBAC refuses it."""
     async with networked(tmp_path) as (k8s, node):
         await client.CoreV1Api(k8s.api_client).create_namespaced_service_account(
             pods.NS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}}
+        )
+        rbac = client.RbacAuthorizationV1Api(k8s.api_client)
+        await rbac.create_namespaced_role(
+            pods.NS,
+            {
+                "metadata": {"name": "pod-reader"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}],
+            },
+        )
+        await rbac.create_namespaced_role_binding(
+            pods.NS,
+            {
+                "metadata": {"name": "pod-reader"},
+                "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": pods.NS}],
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "Role",
+                    "name": "pod-reader",
+                },
+            },
         )
         body = pods.pod("reader", [pods.python("read", IN_CLUSTER)])
         body["spec"]["serviceAccountName"] = "reader"
@@ -158,7 +185,15 @@ async def test_a_pod_with_a_service_account_reads_the_api_in_cluster(tmp_path: A
         assert pods.phase(done) == "Succeeded", log
         seen = json.loads(log.splitlines()[-1])
         master = k8s.get("services", "kubernetes", "default")
-        assert seen == {"host": master["spec"]["clusterIP"], "pods": ["reader"]}
+        assert seen == {
+            "host": master["spec"]["clusterIP"],
+            "pods": ["reader"],
+            "secrets": [
+                403,
+                'secrets is forbidden: User "system:serviceaccount:default:reader" cannot list '
+                'resource "secrets" in API group "" in the namespace "default"',
+            ],
+        }
         assert set(k8s.tokens.values()) == {(pods.NS, "reader")}
         assert k8s.calls["create serviceaccounts/token"] == 1
 
