@@ -49,7 +49,7 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from tests.support.kubelet import ApiStatusError, _Api, _cancel, _inform, condition
+from tests.support.kubelet import ApiServer, ApiStatusError, cancel_tasks, condition, inform
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class Controllers:
     """The Deployment, ReplicaSet and StatefulSet controllers of one API server."""
 
     def __init__(self, api_url: str) -> None:
-        self._api = _Api(api_url)
+        self._api = ApiServer(api_url)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -114,7 +114,7 @@ class Controllers:
             self._wake.set()
 
         self._tasks = [
-            asyncio.create_task(_inform(self._api, path, {}, wake), name=f"workloads {path}")
+            asyncio.create_task(inform(self._api, path, {}, wake), name=f"workloads {path}")
             for path in (
                 f"{APPS}/deployments",
                 f"{APPS}/replicasets",
@@ -125,7 +125,7 @@ class Controllers:
         self._tasks.append(asyncio.create_task(self._loop(), name="workloads"))
 
     async def close(self) -> None:
-        await _cancel(self._tasks)
+        await cancel_tasks(self._tasks)
         self._tasks = []
         await self._api.close()
 

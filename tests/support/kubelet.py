@@ -110,7 +110,10 @@ data stays when the claim is deleted (a claim made again with the same name sees
 API: `Kubelet` (``start``, ``stop``, ``close``, ``logs``, ``log_path``, ``volume_path``,
 ``claim_path``, ``pid``, ``pod_uids``, ``wait_for_pod``, ``memory_cgroup``, ``stopped``),
 `Scheduler` (``bound``), `cluster` (a scheduler and a kubelet per node for an emulator, for
-demos and benchmarks), `container_status`, `condition`, `parse_quantity`, `unsupported_reason`.
+demos and benchmarks), `container_status`, `condition`, `parse_quantity`, `unsupported_reason`;
+and for the other stand-ins that talk to the API server as this kubelet does (the workload
+controllers, the Service proxy): `ApiServer` (JSON over HTTP with retries), `inform` (list and
+watch as an informer) and `cancel_tasks`.
 `Kubelet` and `Scheduler` are async context managers; closing a kubelet kills every process it
 started (by process group and by cgroup), removes its cgroups and its folders (claims' included),
 even when a test fails.
@@ -447,7 +450,7 @@ class _Gone(Exception):
     """A watch's resourceVersion is too old: list again."""
 
 
-class _Api:
+class ApiServer:
     """JSON over HTTP to the API server, with retries for what a retry can fix."""
 
     def __init__(self, url: str):
@@ -543,8 +546,8 @@ class _Api:
                 yield event["type"], event["object"]
 
 
-async def _inform(
-    api: _Api,
+async def inform(
+    api: ApiServer,
     path: str,
     params: Mapping[str, str],
     handle: Callable[[str, dict[str, Any]], Awaitable[None]],
@@ -849,7 +852,7 @@ class Kubelet:
             real = str(Path(sys.executable).resolve().parent.parent)
             image_paths = [project, sys.prefix, sys.base_prefix, real]
         self.image_paths = _outermost(str(Path(p)) for p in image_paths)
-        self._api = _Api(api_url)
+        self._api = ApiServer(api_url)
         self._pods: dict[str, _Pod] = {}
         self._finished: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -914,13 +917,13 @@ class Kubelet:
             if self.network is not None:
                 self.network.open()
                 self._spawn(
-                    _inform(self._api, "/api/v1/services", {}, self._on_service),
+                    inform(self._api, "/api/v1/services", {}, self._on_service),
                     f"kubelet {self.node_name} services",
                 )
             await self._register()
             self._running.set()
             self._informer = self._spawn(
-                _inform(
+                inform(
                     self._api,
                     "/api/v1/pods",
                     {"fieldSelector": f"spec.nodeName={self.node_name}"},
@@ -969,7 +972,7 @@ class Kubelet:
             return
         with contextlib.suppress(Exception):
             await self._thaw()
-        await _cancel(self._tasks)
+        await cancel_tasks(self._tasks)
         for proc in list(self._procs):
             _kill_group(proc)
             if proc.stdin is not None:
@@ -1341,7 +1344,7 @@ class Kubelet:
         else:
             grace = float(pod.spec.get("terminationGracePeriodSeconds", 30))
         pod.terminating = True
-        await _cancel([life])
+        await cancel_tasks([life])
         await self._terminate(pod, grace)
         pod.final_phase = pod.final_phase or self._terminal_phase(pod)
         await self._sync_status(pod)
@@ -2049,14 +2052,14 @@ class Kubelet:
         await stop(pod.main, ordered=False)
         await stop([c for c in reversed(pod.init) if c.kind == "sidecar"], ordered=True)
         await stop(pod.init, ordered=False)
-        await _cancel([c.supervisor for c in pod.containers if c.supervisor is not None])
+        await cancel_tasks([c.supervisor for c in pod.containers if c.supervisor is not None])
         for c in pod.containers:
             proc = c.proc
             _kill_cgroup(c.cgroup)
             if proc is not None:
                 _kill_group(proc)
                 await self._record_exit(pod, c, proc, await proc.wait())
-            await _cancel(c.probes)
+            await cancel_tasks(c.probes)
             c.probes.clear()
             c.ready = False
             c.started = False
@@ -2502,7 +2505,7 @@ async def _reap(proc: asyncio.subprocess.Process, *, kill: bool = False) -> None
         log.warning("process %d does not end", proc.pid)
 
 
-async def _cancel(tasks: Iterable[asyncio.Task[Any]], *, rounds: int = 24) -> None:
+async def cancel_tasks(tasks: Iterable[asyncio.Task[Any]], *, rounds: int = 24) -> None:
     """Cancel tasks and wait until they end, cancelling again any that swallowed it (Python
     3.11's ``asyncio.wait_for`` can, when what it waits for ends at the same moment)."""
     pending = {t for t in tasks if not t.done()}
@@ -2563,7 +2566,7 @@ class Scheduler:
 
     def __init__(self, api_url: str) -> None:
         self.api_url = api_url
-        self._api = _Api(api_url)
+        self._api = ApiServer(api_url)
         self._pending: dict[str, dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any]] = {}
         self._wake = asyncio.Event()
@@ -2584,18 +2587,18 @@ class Scheduler:
         await self._api.open()
         self._tasks = [
             asyncio.create_task(
-                _inform(self._api, "/api/v1/pods", {"fieldSelector": "spec.nodeName="}, self._pod),
+                inform(self._api, "/api/v1/pods", {"fieldSelector": "spec.nodeName="}, self._pod),
                 name="scheduler pods",
             ),
             asyncio.create_task(
-                _inform(self._api, "/api/v1/nodes", {}, self._node), name="scheduler nodes"
+                inform(self._api, "/api/v1/nodes", {}, self._node), name="scheduler nodes"
             ),
             asyncio.create_task(self._loop(), name="scheduler"),
         ]
 
     async def close(self) -> None:
         """Stop scheduling."""
-        await _cancel(self._tasks)
+        await cancel_tasks(self._tasks)
         self._tasks = []
         await self._api.close()
 

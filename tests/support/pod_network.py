@@ -216,7 +216,7 @@ class ServiceProxy:
     def __init__(self, api_url: str) -> None:
         from tests.support import kubelet
 
-        self._api = kubelet._Api(api_url)
+        self._api = kubelet.ApiServer(api_url)
         self._services: dict[tuple[str, str], dict[str, Any]] = {}
         self._endpoints: dict[tuple[str, str], dict[str, Any]] = {}
         self._pods: dict[str, dict[str, Any]] = {}
@@ -237,7 +237,7 @@ class ServiceProxy:
             ("/api/v1/endpoints", self._on_endpoints),
             ("/api/v1/services", self._on_service),
         ):
-            task = asyncio.create_task(kubelet._inform(self._api, path, {}, handle))
+            task = asyncio.create_task(kubelet.inform(self._api, path, {}, handle))
             self._tasks.append(task)
         return self
 

@@ -80,5 +80,5 @@ async def test_cancelling_outlasts_a_swallowed_cancellation() -> None:
     task = asyncio.create_task(worker())
     await asyncio.sleep(0)
     ended.set_result(None)
-    await kubelet_module._cancel([task])
+    await kubelet_module.cancel_tasks([task])
     assert task.cancelled()
