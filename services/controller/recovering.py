@@ -188,6 +188,9 @@ class Recovery:
         )
         self._touched: collections.Counter[str] = collections.Counter()
         self._queued: collections.Counter[str] = collections.Counter()
+        # The running holder's inbox: failures the watch reported that the fast path has not
+        # taken yet are the fast path's too.
+        self._inbox: _Inbox | None = None
         # Set while no fast path runs: a listing pass waits for it between its steps (for at
         # most GIVE_WAY_S), so a failure's recovery does not queue behind a pass's routine work.
         self._fast_idle = asyncio.Event()
@@ -299,7 +302,10 @@ class Recovery:
         missing = {e: n for e, n in expected.items() if e not in present}
         await self._note_listed(expected, listing, present)
         absent_seats = {name for e in missing if (name := keys.seat_of(e)) is not None}
-        names = sorted(set(failed) | set(attention) | absent_seats)
+        # Seats the fast path has (a failure storm: most of them) are not even read.
+        names = sorted(
+            n for n in set(failed) | set(attention) | absent_seats if not self._fast_has(n)
+        )
         seats: dict[str, records.Seat] = {
             s.seat: s for s in await reading.seats(self.client, self.swarm, names)
         }
@@ -319,13 +325,12 @@ class Recovery:
 
         async def one(name: str) -> None:
             await self._give_way()
-            lock = self._seat_locks[name]
-            if lock.locked() or self._queued[name]:
+            if self._fast_has(name):
                 # Being recovered from a watch event right now (perhaps held up by a slow
                 # call), or waiting its turn to be: that recovery is on it, and the next pass
                 # looks again. (Done twice, a seat costs a handful of reads for nothing.)
                 return
-            async with lock:
+            async with self._seat_locks[name]:
                 if self._touched[name] != touched[name]:
                     # The watch's fast path worked on this seat since the list: what the list
                     # says of it is stale. The next pass reads it again.
@@ -333,6 +338,16 @@ class Recovery:
                 await self._recover_seat(seats[name], failed.get(name), missing, report)
 
         await self._each(report, sorted(seats), one)
+
+    def _fast_has(self, name: str) -> bool:
+        """Whether the watch's fast path is on the seat: working on it, holding it in a batch,
+        or its failure waiting in the inbox for the next batch."""
+        lock = self._seat_locks.get(name)
+        return (
+            (lock is not None and lock.locked())
+            or self._queued[name] > 0
+            or (self._inbox is not None and self._inbox.holds(name))
+        )
 
     async def _give_way(self) -> None:
         """Let running fast-path recoveries finish first (for at most `GIVE_WAY_S`)."""
@@ -757,6 +772,7 @@ class Recovery:
             await _first((stop, self.link.down, *shared), self.lease.ttl_ms / 3000)
             return True
         inbox = _Inbox()
+        self._inbox = inbox
         helpers = [
             asyncio.create_task(self._watch(inbox, stop), name=f"recovery-watch-{self.swarm}"),
             asyncio.create_task(self._fast(inbox, on_pass), name=f"recovery-{self.swarm}"),
@@ -841,6 +857,7 @@ class Recovery:
             # Closed first: a fast path whose cancellation a client library swallowed
             # still ends at its next wait.
             inbox.close()
+            self._inbox = None
             for helper in helpers:
                 helper.cancel()
             # Every helper is waited for, but not forever (a call stuck past its cancel).
@@ -1045,6 +1062,11 @@ class _Inbox:
         self.cause: str | None = None
         self.closed = False
         self._failed: dict[str, pods.Attempt] = {}
+        self._seats: set[str] = set()
+
+    def holds(self, seat: str) -> bool:
+        """Whether a failure of the seat waits here (for the fast path's next batch)."""
+        return not self.closed and seat in self._seats
 
     def interrupt(self, cause: str) -> None:
         """A helper lost Redis: the holder stops and waits for it."""
@@ -1061,10 +1083,12 @@ class _Inbox:
             self.relist.set()
         if change.failed:
             self._failed.update((a.execution_id, a) for a in change.failed)
+            self._seats.update(a.seat for a in change.failed)
             self.urgent.set()
 
     def take(self) -> list[pods.Attempt]:
         failed, self._failed = list(self._failed.values()), {}
+        self._seats = set()
         self.urgent.clear()
         return failed
 

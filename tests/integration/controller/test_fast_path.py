@@ -181,6 +181,31 @@ async def test_a_listing_pass_leaves_the_seats_queued_for_the_fast_path_to_it(
     assert later.fenced == [second("eng-2")], later
 
 
+async def test_a_listing_pass_leaves_a_failure_waiting_in_the_inbox_to_the_fast_path(
+    redis_client: aioredis.Redis,
+) -> None:
+    """A failure the watch reported that waits in the holder's inbox for the fast path's next
+    batch (the fast path busy with the one before) is the fast path's already: a listing pass
+    does not recover that seat (in a storm it did, so the seat was worked on twice). Taken by
+    the fast path, it is recovered once."""
+    from services.controller import recovering
+
+    hx, runtime, tally = await started(redis_client)
+    runtime.fail(first("eng-1"), "application_exit")
+    inbox = recovering._Inbox()
+    hx.recovery._inbox = inbox  # as the lease's holder sets it
+    inbox.put(pods.Change(failed=(runtime.attempts[first("eng-1")],)))
+    listing = await hx.recovery.reconcile()
+    assert listing.fenced == [] and listing.launched == [], listing
+    assert tally.writes["fenced"] == 0, tally.writes
+    done = await hx.recovery.recover_failed(inbox.take())
+    assert done.fenced == [first("eng-1")] and done.launched == [second("eng-1")], done
+    assert tally.writes["fenced"] == 1 and runtime.launch_calls.count(second("eng-1")) == 1
+    runtime.fail(first("eng-2"), "oom_killed")
+    later = await hx.recovery.reconcile()  # nothing waits for eng-2: the pass's own
+    assert later.fenced == [first("eng-2")], later
+
+
 async def test_a_listing_pass_and_the_fast_path_racing_on_every_seat(
     redis_client: aioredis.Redis,
 ) -> None:
