@@ -408,22 +408,33 @@ async def check_through_port_forwards(operator: Operator, kubelet: kubelet_modul
         cli = k8s.shell_block("s/^operator-token=//p")
         shown = await kubectl.succeed(localized(cli), cwd=operator.root, env=env)
         assert "admitted example.eng-1.1" in shown, shown
-        assert re.search(r"^t-eng-1 +eng-1 +worker +Write the progress notes$", shown, re.M), shown
+        # The worker may already have run and stopped (below): then its seat waits.
+        row = r"^t-eng-1 +eng-1 +(worker|RECOVERY PENDING) +Write the progress notes$"
+        assert re.search(row, shown, re.M), shown
         assert shown.strip().endswith('{"status": "ready"}'), shown
-    # The controller made the seat's worker Pod through the in-cluster API; its sidecar fetched
-    # the launch record from the controller's Service and restored (fresh: generation 1). The
-    # "image" here has no Claude Code, so the entry point then stops with 127.
-    worker = templates.pod_name("example", "example.eng-1.1")
-    await kubelet.wait_for_pod(NAMESPACE, worker, terminal, timeout=300)
-    logs = await operator.run(
-        inline_command("kubectl logs POD -c restorer").replace("POD", worker) + f" -n {NAMESPACE}"
-    )
-    ready = [json.loads(line) for line in logs.splitlines() if '"restore_ready"' in line]
-    assert ready and ready[0]["execution_id"] == "example.eng-1.1", logs
-    assert ready[0]["recovery"] == "fresh", logs
-    pod = operator.emulator.get("pods", worker, NAMESPACE)
-    (entry,) = pod["status"]["containerStatuses"]
-    assert entry["state"]["terminated"]["exitCode"] == 127, entry
+        # The controller made the seat's worker Pod through the in-cluster API; its sidecar
+        # fetched the launch record from the controller's Service and restored (fresh:
+        # generation 1). The "image" here has no Claude Code, so the entry point then stops
+        # with 127, and the controller, from the Pod's real status, fences it: an application
+        # exit with no checkpoint waits for a choice, fresh only.
+        worker = templates.pod_name("example", "example.eng-1.1")
+        await kubelet.wait_for_pod(NAMESPACE, worker, terminal, timeout=300)
+        command = inline_command("kubectl logs POD -c restorer").replace("POD", worker)
+        logs = await operator.run(f"{command} -n {NAMESPACE}")
+        ready = [json.loads(line) for line in logs.splitlines() if '"restore_ready"' in line]
+        assert ready and ready[0]["execution_id"] == "example.eng-1.1", logs
+        assert ready[0]["recovery"] == "fresh", logs
+        pod = operator.emulator.get("pods", worker, NAMESPACE)
+        (entry,) = pod["status"]["containerStatuses"]
+        assert entry["state"]["terminated"]["exitCode"] == 127, entry
+        exports = [line for line in cli.splitlines() if line.startswith("export ")]
+        status = localized("\n".join([*exports, "agentihooks swarm example status"]))
+
+        async def fenced() -> None:
+            shown = await kubectl.succeed(status, cwd=operator.root, env=env)
+            assert "eng-1: application_exit  [recovery_pending]  offer: fresh only" in shown
+
+        await ports.eventually(fenced, timeout=300, every=1.0)
     # The controller did it with its service account's token, as rbac.yaml allows, and can do
     # nothing more: a Secret is not its to read.
     emulator = operator.emulator

@@ -242,9 +242,18 @@ class ServiceProxy:
         return self
 
     async def __aexit__(self, *_: object) -> None:
-        for task in [*self._tasks, *self._pipes]:
+        for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, *self._pipes, return_exceptions=True)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # No new connections first; one turn of the loop lets a connection accepted just
+        # before register itself; then every connection is ended.
+        for server in self._listeners.values():
+            server.close()
+        await asyncio.sleep(0)
+        pipes = list(self._pipes)
+        for task in pipes:
+            task.cancel()
+        await asyncio.gather(*pipes, return_exceptions=True)
         for key in list(self._listeners):
             await self._unlisten(key)
         await self._api.close()
