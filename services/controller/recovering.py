@@ -281,11 +281,19 @@ class Recovery:
     async def _recover_seats(self, report: PassReport) -> None:
         # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
         # a large healthy swarm costs one list call (from the watch's cache) and one round trip
-        # (the attention set and the expected hash). What should be listed is read before the
-        # list: an attempt launched meanwhile is not missing.
+        # (a read-only script: the expected hash, the attention set and its seats). What should
+        # be listed is read before the list: an attempt launched meanwhile is not missing.
         await self._give_way()
         touched = self._touched.copy()
-        expected, attention = await reading.before_listing(self.client, self.swarm)
+        # Seats the fast path has (a failure storm: most of them) are not even read; the
+        # attention seats only awaiting their replacement's report (after a storm, perhaps all
+        # the others) are sorted out by the same read, in Redis.
+        reads = await reading.before_listing(
+            self.lease.scripts,
+            self.swarm,
+            self._fast_seats(),
+        )
+        expected = reads.expected
         listed = await self.runtime.list_attempts(self.swarm)
         await self._give_way()
         listing = {a.execution_id: a for a in listed if a.swarm == self.swarm}
@@ -302,26 +310,21 @@ class Recovery:
         missing = {e: n for e, n in expected.items() if e not in present}
         await self._note_listed(expected, listing, present)
         absent_seats = {name for e in missing if (name := keys.seat_of(e)) is not None}
-        # Seats the fast path has (a failure storm: most of them) are not even read.
-        names = sorted(
-            n for n in set(failed) | set(attention) | absent_seats if not self._fast_has(n)
-        )
-        seats: dict[str, records.Seat] = {
-            s.seat: s for s in await reading.seats(self.client, self.swarm, names)
+        seats = {
+            n: s
+            for n, s in reads.seats.items()
+            if n not in failed and s.current_execution_id not in missing
         }
-        # Seats that only wait for their replacement's report (after a storm, perhaps most of
-        # them) are checked for all in one round trip, not two each.
-        idle = await reading.only_awaiting_outcome(
-            self.client,
-            self.swarm,
-            (
-                s
-                for n, s in seats.items()
-                if n not in failed and s.current_execution_id not in missing
-            ),
+        # The rest is read now: a seat whose attempt the list shows failed or missing (an
+        # attention seat among them is read again, as the list is newer), and attention seats
+        # the fast path had and no longer has.
+        rest = sorted(
+            n
+            for n in set(failed) | absent_seats | (set(reads.attention) - reads.awaiting)
+            if n not in seats and not self._fast_has(n)
         )
-        for name in idle:
-            del seats[name]
+        if rest:
+            seats.update((s.seat, s) for s in await reading.seats(self.client, self.swarm, rest))
 
         async def one(name: str) -> None:
             await self._give_way()
@@ -338,6 +341,14 @@ class Recovery:
                 await self._recover_seat(seats[name], failed.get(name), missing, report)
 
         await self._each(report, sorted(seats), one)
+
+    def _fast_seats(self) -> set[str]:
+        """Every seat `_fast_has` says the fast path is on."""
+        held = {n for n, lock in self._seat_locks.items() if lock.locked()}
+        held.update(n for n, count in self._queued.items() if count > 0)
+        if self._inbox is not None and not self._inbox.closed:
+            held.update(self._inbox.seats)
+        return held
 
     def _fast_has(self, name: str) -> bool:
         """Whether the watch's fast path is on the seat: working on it, holding it in a batch,
@@ -1063,6 +1074,11 @@ class _Inbox:
         self.closed = False
         self._failed: dict[str, pods.Attempt] = {}
         self._seats: set[str] = set()
+
+    @property
+    def seats(self) -> frozenset[str]:
+        """The seats whose failures wait in the inbox."""
+        return frozenset(self._seats)
 
     def holds(self, seat: str) -> bool:
         """Whether a failure of the seat waits here (for the fast path's next batch)."""

@@ -20,7 +20,7 @@ from redis.crc import key_slot
 
 from services.common import redis_link, revocations
 from services.controller import telemetry
-from services.controller.state import keys, reading, records
+from services.controller.state import keys, reading, records, scripting
 from tests.e2e import test_redis_outage as outage
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports
@@ -107,6 +107,21 @@ async def test_one_controller_recovers_swarms_on_three_masters(
             held = await cluster_client.get(keys.lease(name))
             assert held is not None and held.decode().startswith("controller"), held
         assert sorted(await reading.swarm_names(cluster_client)) == sorted(names)
+        scripts = scripting.Scripts(cluster_client)
+        for name in names:
+            # The pass's read-only script names the seats' records from what it reads: on
+            # each master it finds the replaced seat only awaiting its replacement's report.
+            async def awaiting(n: str = name) -> None:
+                reads = await reading.before_listing(scripts, n)
+                assert reads.attention == ["eng-1"], reads
+                assert reads.awaiting == {"eng-1"} and not reads.seats, reads
+                assert reads.expected == {
+                    keys.execution_id(n, "eng-1", 2): 0,
+                    keys.execution_id(n, "eng-2", 1): 0,
+                }, reads
+
+            await ports.eventually(awaiting, timeout=WAIT_S)
+        assert not ctl.events("pass_failed") and not ctl.events("seat_step_failed")
         assert await ctl.serving() == (outage.SERVING, outage.SERVING)
         listening = ctl.events("redis_available") or ctl.events("listening")
         assert listening

@@ -13,7 +13,7 @@ from typing import Any
 
 from services.common import redis_link, tokens
 from services.controller import deciding
-from services.controller.state import keys, records
+from services.controller.state import keys, records, scripting
 
 PENDING_CONTINUITY = "pending"
 """A card's continuity until the replacement reports its outcome."""
@@ -74,15 +74,58 @@ def _passes(raw: Mapping[str, str]) -> dict[str, int]:
     return {eid: int(passes or "0") for eid, passes in raw.items()}
 
 
-async def before_listing(client: redis_link.Client, swarm: str) -> tuple[dict[str, int], list[str]]:
-    """What a listing pass reads before it lists the runtime: `expected` and `attention`, in
-    one round trip (a pass of each swarm every few seconds: at a hundred swarms, a round trip
-    saved per pass is dozens a second)."""
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(keys.expected(swarm))
-    pipe.smembers(keys.attention(swarm))
-    raw, members = await pipe.execute()
-    return _passes(records.text_hash(raw)), sorted(_text(m) for m in members)
+@dataclasses.dataclass(frozen=True)
+class PassReads:
+    """What a listing pass reads before it lists the runtime (see `before_listing`)."""
+
+    expected: dict[str, int]
+    """Execution id -> passes the list did not show it (see `keys.expected`)."""
+    attention: list[str]
+    """The seats with unfinished work (see `keys.attention`), sorted."""
+    seats: dict[str, records.Seat]
+    """The attention seats read that have work left (not those skipped)."""
+    awaiting: set[str]
+    """The attention seats read that only await their replacement's report: replacing, the
+    fenced attempt's every release recorded and its decision accepted, the replacement (the
+    seat's current attempt) running and launched. The pass has nothing to do for them."""
+
+
+async def before_listing(
+    scripts: scripting.Scripts, swarm: str, skip: Iterable[str] = ()
+) -> PassReads:
+    """What a listing pass reads before it lists the runtime, in one read-only script: the
+    expected attempts, the attention set, and each attention seat but those in `skip` (the
+    watch's fast path has them), sorted into those with work left and those only awaiting
+    their replacement's report. At a hundred swarms a pass of each every few seconds, a
+    storm's worth of seats in each: one round trip instead of a pipeline per step, and the
+    seats with nothing to do are not sent back."""
+    raw_expected, members, awaiting, raw_seats = await scripts.read(
+        "pass_reads",
+        keys=[keys.expected(swarm), keys.attention(swarm)],
+        args=[
+            keys.seat(swarm, ""),
+            keys.fence(swarm, ""),
+            keys.decision(swarm, ""),
+            keys.execution(swarm, ""),
+            json.dumps(sorted(skip)),
+            json.dumps([f"release:{kind.value}" for kind in records.ReleaseKind]),
+        ],
+    )
+    seats: dict[str, records.Seat] = {}
+    for flat in raw_seats:
+        seat = records.Seat.from_hash(_flat_hash(flat))
+        seats[seat.seat] = seat
+    return PassReads(
+        expected=_passes(_flat_hash(raw_expected)),
+        attention=sorted(_text(m) for m in members),
+        seats=seats,
+        awaiting={_text(n) for n in awaiting},
+    )
+
+
+def _flat_hash(flat: list[Any]) -> dict[str, str]:
+    """An HGETALL reply a script returned (a flat list of fields and values) as a text hash."""
+    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 async def execution(client: redis_link.Client, swarm: str, eid: str) -> records.Execution | None:
@@ -148,42 +191,6 @@ async def seat_and_execution(
         records.Seat.from_hash(records.text_hash(raw_seat)) if raw_seat else None,
         records.Execution.from_hash(records.text_hash(raw_execution)) if raw_execution else None,
     )
-
-
-async def only_awaiting_outcome(
-    client: redis_link.Client, swarm: str, seats: Iterable[records.Seat]
-) -> set[str]:
-    """Of `seats`, those whose recovery is done up to the replacement's report: replacing, the
-    fenced attempt's every release recorded and its decision accepted, the replacement (the
-    seat's current attempt) running and launched. A pass has nothing to do for them; read for
-    all of them in one round trip."""
-    replacing = [
-        s for s in seats if s.state is records.SeatState.REPLACING and s.fenced_execution_id
-    ]
-    if not replacing:
-        return set()
-    pipe = client.pipeline(transaction=False)
-    fields = [f"release:{kind.value}" for kind in records.ReleaseKind]
-    for s in replacing:
-        assert s.fenced_execution_id is not None
-        pipe.hmget(keys.fence(swarm, s.fenced_execution_id), fields)
-        pipe.hget(keys.decision(swarm, s.fenced_execution_id), "state")
-        pipe.hmget(keys.execution(swarm, s.current_execution_id), ["state", "launched"])
-    replies = iter(await pipe.execute())
-    done: set[str] = set()
-    for s in replacing:
-        releases, decided, (state, launched) = next(replies), next(replies), next(replies)
-        if (
-            all(releases)
-            and decided is not None
-            and _text(decided) == records.DecisionState.ACCEPTED.value
-            and state is not None
-            and _text(state) == records.ExecutionState.RUNNING.value
-            and launched is not None
-            and _text(launched) == "1"
-        ):
-            done.add(s.seat)
-    return done
 
 
 async def fence(client: redis_link.Client, swarm: str, eid: str) -> records.Fence | None:

@@ -4,7 +4,8 @@ Scripts live in `scripts/*.lua`, one per transition. Every mutating script is pr
 `_prelude.lua`, which checks that the lease still names this holder and epoch before anything
 else and otherwise writes nothing and returns `lease_lost`; the runner turns that into
 `LeaseLost`. Scripts are loaded once (SCRIPT LOAD) and called by hash (EVALSHA) through
-redis-py's `register_script`, which reloads a script a restarted Redis forgot.
+redis-py's `register_script`, which reloads a script a restarted Redis forgot. One script only
+reads (`pass_reads`: what a listing pass reads first, in one call) and runs without the lease.
 
 The runner also holds a test-only failpoint (`Failpoint`), inert unless its environment
 variables are set: the end-to-end crash test SIGKILLs a controller process at an exact write.
@@ -29,8 +30,9 @@ log = logging.getLogger("services.controller.failpoint")
 
 LEASE_LOST: Final = "lease_lost"
 
-_UNGUARDED: Final = frozenset({"lease_acquire"})
-"""Scripts without the lease check: acquiring is what makes a holder."""
+_UNGUARDED: Final = frozenset({"lease_acquire", "pass_reads"})
+"""Scripts without the lease check: acquiring is what makes a holder, and a read writes
+nothing."""
 
 SCRIPT_NAMES: Final = (
     "lease_acquire",
@@ -52,6 +54,7 @@ SCRIPT_NAMES: Final = (
     "settle",
     "absent",
     "listed",
+    "pass_reads",
 )
 
 
@@ -182,6 +185,11 @@ class Scripts:
             keys=[lease_key, epoch_key], args=[holder, ttl_ms]
         )
         return None if result is None else int(result)
+
+    async def read(self, name: str, *, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        """Run a script that only reads (no lease needed, not a counted write); its raw
+        reply."""
+        return await self._scripts[name](keys=list(keys), args=list(args))
 
     async def run(
         self,

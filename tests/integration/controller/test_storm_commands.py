@@ -56,8 +56,9 @@ async def test_a_pass_over_seats_awaiting_their_outcome_reads_them_in_one_round_
     redis_client: aioredis.Redis,
 ) -> None:
     """After a storm most seats only wait for their replacement's report: a listing pass then
-    checks them all in one pipelined read (four commands a seat, no script) and does nothing
-    else for them; a seat with work left (its replacement not launched) still gets it."""
+    checks them all in the one read-only script it starts with (no other read from the
+    controller, no write) and does nothing else for them; a seat with work left (its
+    replacement not launched) still gets it."""
     seats = ("eng-1", "eng-2", "eng-3")  # as many as the accounts have slots
     hx = await h.start(redis_client, legacy=True, seats=seats)
     for seat in seats:
@@ -70,13 +71,16 @@ async def test_a_pass_over_seats_awaiting_their_outcome_reads_them_in_one_round_
     spent = await commands(redis_client) - before
     spent.pop("info", None)
     assert not report.launched and not report.fenced, report
-    # Per seat: the seat's hash (all seats, one pipeline), its fence's releases, its
-    # decision's state, its replacement's state: no per-seat read of the whole fence or
-    # config, and no script.
+    # One script call; inside it, per seat: the seat's hash, its fence's releases, its
+    # decision's state, its replacement's state (no read of the whole fence or config). The
+    # expected hash and attention set besides, and the pass's read of requested decisions:
+    # nothing else at all.
+    assert spent["evalsha"] == 1, spent
     assert spent["hmget"] == 2 * len(seats), spent
     assert spent["hget"] == len(seats), spent
-    assert spent["evalsha"] == 0, spent
-    assert spent["hgetall"] <= len(seats) + 2, spent
+    assert spent["hgetall"] == len(seats) + 2, spent
+    assert spent["smembers"] == 1, spent
+    assert sum(spent.values()) == 1 + 4 * len(seats) + 3, spent
     # One replacement recorded as not launched (a relaunch, as after a refusal) is launched
     # again by the next pass: the quick check does not hide work.
     await redis_client.hset(keys.execution(SWARM, second("eng-3")), "launched", "0")

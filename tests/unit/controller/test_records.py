@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from services.common import directives
@@ -142,6 +144,19 @@ def test_keys_share_the_swarm_hash_tag() -> None:
     assert keys.paused("s").endswith(":recovery-paused")
 
 
+def test_a_record_key_is_its_prefix_and_its_name() -> None:
+    """The pass's read-only script names seat, fence, decision and attempt keys from the
+    records it reads: each key is the prefix `keys` gives for an empty name, then the name."""
+    eid = keys.execution_id("example", "eng-2", 3)
+    for key, name in (
+        (keys.seat, "eng-2"),
+        (keys.fence, eid),
+        (keys.decision, eid),
+        (keys.execution, eid),
+    ):
+        assert key("example", name) == key("example", "") + name
+
+
 def test_execution_ids_are_deterministic_and_name_their_swarm() -> None:
     """A replacement's id is known before admission, so a restart cannot admit two."""
     eid = keys.execution_id("example", "eng-2", 3)
@@ -157,6 +172,10 @@ def test_every_guarded_script_checks_the_lease_first() -> None:
         source = scripting._SOURCES[name]
         if name == "lease_acquire":
             assert "'NX'" in source and "INCR" in source
+        elif name == "pass_reads":
+            # The one script run without the lease writes nothing.
+            called = set(re.findall(r"redis\.call\('([A-Z]+)'", source))
+            assert called and called <= {"SMEMBERS", "HGETALL", "HMGET", "HGET"}, called
         else:
             assert source.startswith("-- Prepended by scripting.py")
             assert source.index("return 'lease_lost'") < source.index("local EPOCH")
