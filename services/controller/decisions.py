@@ -212,8 +212,12 @@ async def request_restore_decision(
     return Recorded(execution, choice, await ctx.writer.record_request(request))
 
 
-async def apply_requests(ctx: replacing.Context) -> tuple[int, int]:
+async def apply_requests(
+    ctx: replacing.Context, recorded: list[tuple[str, records.Request]]
+) -> tuple[int, int]:
     """Apply every recorded request under the lease, then drop it (the pass's last step).
+    `recorded`: the requests as the pass read them at its start (`reading.before_listing`);
+    one recorded since waits for the next pass.
 
     A refused request is dropped and logged as `controller: the recovery request for
     EXECUTION was refused: REASON`. Returns (applied, refused).
@@ -222,7 +226,7 @@ async def apply_requests(ctx: replacing.Context) -> tuple[int, int]:
         scripting.LeaseLost: the lease was lost; the rest of the requests stay recorded.
     """
     applied = refused = 0
-    for field, request in await reading.requests(ctx.client, ctx.swarm):
+    for field, request in recorded:
         chooser = Chooser(request.source, request.agent, request.credential_sha256)
         try:
             if request.source is records.DecisionSource.MASTER and not (

@@ -208,8 +208,8 @@ class Recovery:
         """
 
         async def work(report: PassReport) -> None:
-            await self._recover_seats(report)
-            applied, refused = await decisions.apply_requests(self.ctx)
+            requests = await self._recover_seats(report)
+            applied, refused = await decisions.apply_requests(self.ctx, requests)
             report.requests_applied, report.requests_refused = applied, refused
 
         return await self._pass(PassReport(), work)
@@ -278,7 +278,8 @@ class Recovery:
         report.seconds = time.monotonic() - started
         return report
 
-    async def _recover_seats(self, report: PassReport) -> None:
+    async def _recover_seats(self, report: PassReport) -> list[tuple[str, records.Request]]:
+        """Recover every seat with work; returns the recorded requests read at the start."""
         # Only seats with a failed or missing attempt or unfinished work are read, so a pass over
         # a large healthy swarm costs one list call (from the watch's cache) and one round trip
         # (a read-only script: the expected hash, the attention set and its seats). What should
@@ -341,6 +342,7 @@ class Recovery:
                 await self._recover_seat(seats[name], failed.get(name), missing, report)
 
         await self._each(report, sorted(seats), one)
+        return reads.requests
 
     def _fast_seats(self) -> set[str]:
         """Every seat `_fast_has` says the fast path is on."""

@@ -88,20 +88,22 @@ class PassReads:
     """The attention seats read that only await their replacement's report: replacing, the
     fenced attempt's every release recorded and its decision accepted, the replacement (the
     seat's current attempt) running and launched. The pass has nothing to do for them."""
+    requests: list[tuple[str, records.Request]]
+    """The recorded decision requests (see `requests`), for the pass's last step."""
 
 
 async def before_listing(
     scripts: scripting.Scripts, swarm: str, skip: Iterable[str] = ()
 ) -> PassReads:
     """What a listing pass reads before it lists the runtime, in one read-only script: the
-    expected attempts, the attention set, and each attention seat but those in `skip` (the
-    watch's fast path has them), sorted into those with work left and those only awaiting
-    their replacement's report. At a hundred swarms a pass of each every few seconds, a
-    storm's worth of seats in each: one round trip instead of a pipeline per step, and the
-    seats with nothing to do are not sent back."""
-    raw_expected, members, awaiting, raw_seats = await scripts.read(
+    expected attempts, the attention set, each attention seat but those in `skip` (the
+    watch's fast path has them) sorted into those with work left and those only awaiting
+    their replacement's report, and the recorded requests. At a hundred swarms a pass of each
+    every few seconds, a storm's worth of seats in each: one round trip instead of a pipeline
+    per step, and the seats with nothing to do are not sent back."""
+    raw_expected, members, awaiting, raw_seats, raw_requests = await scripts.read(
         "pass_reads",
-        keys=[keys.expected(swarm), keys.attention(swarm)],
+        keys=[keys.expected(swarm), keys.attention(swarm), keys.requests(swarm)],
         args=[
             keys.seat(swarm, ""),
             keys.fence(swarm, ""),
@@ -120,6 +122,7 @@ async def before_listing(
         attention=sorted(_text(m) for m in members),
         seats=seats,
         awaiting={_text(n) for n in awaiting},
+        requests=_requests(_flat_hash(raw_requests)),
     )
 
 
@@ -249,7 +252,10 @@ async def epoch(client: redis_link.Client, swarm: str) -> int:
 
 async def requests(client: redis_link.Client, swarm: str) -> list[tuple[str, records.Request]]:
     """Recorded requests as (field, request), oldest first."""
-    raw = await _hash(client, keys.requests(swarm)) or {}
+    return _requests(await _hash(client, keys.requests(swarm)) or {})
+
+
+def _requests(raw: Mapping[str, str]) -> list[tuple[str, records.Request]]:
     found = [(f, records.Request.from_json(json.loads(v))) for f, v in raw.items()]
     return sorted(found, key=lambda item: (item[1].requested_at, item[0]))
 

@@ -73,7 +73,7 @@ async def test_a_pass_over_seats_awaiting_their_outcome_reads_them_in_one_round_
     assert not report.launched and not report.fenced, report
     # One script call; inside it, per seat: the seat's hash, its fence's releases, its
     # decision's state, its replacement's state (no read of the whole fence or config). The
-    # expected hash and attention set besides, and the pass's read of requested decisions:
+    # expected hash, the attention set and the recorded requests besides, in the same script:
     # nothing else at all.
     assert spent["evalsha"] == 1, spent
     assert spent["hmget"] == 2 * len(seats), spent
