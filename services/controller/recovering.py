@@ -236,12 +236,9 @@ class Recovery:
         async def one(name: str) -> None:
             async with self._seat_locks[name]:
                 self._touched[name] += 1
-                failed = newest[name]
-                seat, held = await reading.seat_and_execution(
-                    self.client, self.swarm, name, failed.execution_id
-                )
-                if seat is not None:
-                    await self._recover_seat(seat, failed, {}, report, watched=True, held=held)
+                # Fenced first, with nothing read: the fence script checks that the failed
+                # attempt is still the seat's current one.
+                await self._recover_seat(name, None, newest[name], {}, report, watched=True)
 
         report = PassReport(watched=True)
         self._fast_running += 1
@@ -339,7 +336,7 @@ class Recovery:
                     # The watch's fast path worked on this seat since the list: what the list
                     # says of it is stale. The next pass reads it again.
                     return
-                await self._recover_seat(seats[name], failed.get(name), missing, report)
+                await self._recover_seat(name, seats[name], failed.get(name), missing, report)
 
         await self._each(report, sorted(seats), one)
         return reads.requests
@@ -431,21 +428,11 @@ class Recovery:
             )
 
     async def _fence(
-        self,
-        seat: records.Seat,
-        attempt: pods.Attempt,
-        report: PassReport,
-        *,
-        precheck: bool,
-        held: records.Execution | None = None,
+        self, name: str, attempt: pods.Attempt, report: PassReport, *, precheck: bool
     ) -> writing.Fenced:
-        """Fence the seat's current attempt: the script's answer (with the fence it wrote and
-        what deciding reads next). With the attempt's record (`held`), its authority is
-        released in the same write."""
-        if seat.current_execution_id != attempt.execution_id:
-            # Only the current attempt of a seat can be fenced; a superseded attempt's failure
-            # was handled when it was fenced.
-            return writing.Fenced("not_current")
+        """Fence the seat's current attempt, its authority released in the same write: the
+        script's answer (with the fence it wrote and what deciding reads next). The script
+        checks that the attempt is still the seat's current one."""
         # A held attempt fails every listing pass: a read first spares those passes a write.
         # (The watch reports a failure once; the script's own check is enough there.)
         refused = precheck and await reading.refusal(self.client, self.swarm, attempt.execution_id)
@@ -453,9 +440,8 @@ class Recovery:
             # Held for the master or operator (the script checks again, atomically).
             report.held.append(attempt.execution_id)
             return writing.Fenced("restore_refused")
-        releases = replacing.authority_releases(self.ctx, held) if held is not None else None
         fenced = await self.writer.fence_returning(
-            seat, attempt.execution_id, attempt.generation, str(attempt.failure), releases
+            name, attempt.execution_id, attempt.generation, str(attempt.failure), authority=True
         )
         status = fenced.status
         if status == "fenced":
@@ -470,7 +456,7 @@ class Recovery:
                 swarm=self.swarm,
                 seat=attempt.seat,
                 execution_id=attempt.execution_id,
-                expected_generation=seat.generation,
+                expected_generation=fenced.expected_generation,
                 observed_generation=attempt.generation,
                 controller_epoch=self.lease.epoch,
             )
@@ -514,23 +500,23 @@ class Recovery:
 
     async def _recover_seat(
         self,
-        seat: records.Seat,
+        name: str,
+        seat: records.Seat | None,
         failed: pods.Attempt | None,
         missing: Mapping[str, int],
         report: PassReport,
         *,
         watched: bool = False,
-        held: records.Execution | None = None,
     ) -> None:
-        """One seat's recovery. `held` is the failed attempt's record when the caller read it
-        with the seat."""
+        """One seat's recovery. `seat` is the seat as the caller read it, or None (the watch's
+        fast path, which fences the failed attempt before reading anything)."""
         reads: reading.FencedReads | None = None
-        if failed is not None and seat.current_execution_id == failed.execution_id:
-            if held is None or held.execution_id != failed.execution_id:
-                held = await reading.execution(self.client, self.swarm, failed.execution_id)
+        if failed is not None and (
+            seat is None or seat.current_execution_id == failed.execution_id
+        ):
             # The fence (with the authority releases) returns what the next steps read: one
             # round trip. A new fence has no decision yet.
-            fenced = await self._fence(seat, failed, report, precheck=not watched, held=held)
+            fenced = await self._fence(name, failed, report, precheck=not watched)
             if fenced.fence is not None:
                 reads = reading.FencedReads(
                     fence=fenced.fence,
@@ -540,13 +526,15 @@ class Recovery:
                     paused=fenced.paused,
                 )
         if reads is None:
-            if failed is not None:
-                seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+            if failed is not None or seat is None:
+                seat = await reading.seat(self.client, self.swarm, name) or seat
+                if seat is None:
+                    return
             if seat.current_execution_id in missing:
                 evicted = await self._missing(seat, missing[seat.current_execution_id], report)
                 if evicted is not None:
-                    await self._fence(seat, evicted, report, precheck=True)
-                seat = await reading.seat(self.client, self.swarm, seat.seat) or seat
+                    await self._fence(name, evicted, report, precheck=True)
+                seat = await reading.seat(self.client, self.swarm, name) or seat
             if seat.fenced_execution_id is not None:
                 reads = await reading.fenced_attempt(
                     self.client, self.swarm, seat.fenced_execution_id
@@ -554,7 +542,7 @@ class Recovery:
         fence = reads.fence if reads is not None else None
         admission = None
         if reads is not None and fence is not None:
-            fence = await replacing.release_authority(self.ctx, fence, held=reads.execution)
+            fence = await replacing.release_authority(self.ctx, fence)
             if reads.decision is None:
                 admission = await self._decide(fence, reads, report)
             elif reads.decision.state is records.DecisionState.RECOVERY_PENDING and not (
@@ -570,13 +558,13 @@ class Recovery:
         else:
             # The seat's current attempt, read with the seat: after a decision, its
             # replacement.
-            expect = (
-                keys.execution_id(self.swarm, fence.seat, fence.generation + 1)
-                if fence is not None
-                else seat.current_execution_id
-            )
+            if fence is not None:
+                expect = keys.execution_id(self.swarm, fence.seat, fence.generation + 1)
+            else:
+                assert seat is not None  # read above whenever nothing was fenced
+                expect = seat.current_execution_id
             current, attempt = await reading.seat_and_execution(
-                self.client, self.swarm, seat.seat, expect
+                self.client, self.swarm, name, expect
             )
         if current is None:
             return

@@ -21,12 +21,6 @@ from services.controller.state import keys, reading, records, writing
 
 log = logging.getLogger("services.controller.replacing")
 
-WORKER_CREDENTIAL_TTL_S = 30 * 24 * 3600
-"""How long a worker credential lives; it is revoked as soon as its attempt is fenced."""
-
-REVOCATION_MARGIN_S = 120
-"""Keep a revocation a little past the last moment its token could still pass a check."""
-
 
 class CheckpointSource(Protocol):
     """Where the controller lists a fenced attempt's checkpoints."""
@@ -156,7 +150,7 @@ def worker_token(grant_key: str, execution: records.Execution) -> str:
         seat=execution.seat,
         execution_id=execution.execution_id,
         execution_generation=execution.generation,
-        ttl_s=WORKER_CREDENTIAL_TTL_S,
+        ttl_s=writing.WORKER_CREDENTIAL_TTL_S,
         credential_id=execution.credential_id,
         now=execution.credential_issued_at,
     )
@@ -295,27 +289,27 @@ async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
     return await remove_pod(ctx, fence)
 
 
-async def release_authority(
-    ctx: Context, fence: records.Fence, *, held: records.Execution | None = None
-) -> records.Fence:
+async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence:
     """Revoke the fenced attempt's grants and end its account slot, each once; return the
     fence as recorded now.
 
     The three are one script that records them in the fence with what they did: after a crash
-    either all of them are recorded and skipped, or none is and all are done. `held` is the
-    fenced attempt's record when the caller just read it.
+    either all of them are recorded and skipped, or none is and all are done. What they revoke
+    is read from the attempt's record by the script.
+
+    Raises:
+        errors.NotFound: the fenced attempt has no record (`execution_missing`).
     """
     todo = [kind for kind in records.AUTHORITY_RELEASES if not fence.released(kind)]
     if not todo:
         return fence
     eid = fence.execution_id
-    held = held or await reading.execution(ctx.client, ctx.swarm, eid)
-    if held is None:
-        raise errors.NotFound("execution_missing", "the fenced attempt has no record")
-    revoke = authority_releases(ctx, held)
     at = ctx.writer.now()
-    if await ctx.writer.release(eid, {kind: revoke[kind] for kind in todo}, at=at) == "released":
+    status = await ctx.writer.release(eid, todo, at=at)
+    if status == "released":
         return _recorded(ctx, fence, todo, at)
+    if status == "execution_missing":
+        raise errors.NotFound("execution_missing", "the fenced attempt has no record")
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
 
@@ -329,34 +323,6 @@ def _recorded(
     return dataclasses.replace(fence, releases=fence.releases + done)
 
 
-def authority_releases(
-    ctx: Context, held: records.Execution
-) -> dict[records.ReleaseKind, list[tuple[str, int]]]:
-    """What ending a fenced attempt's authority revokes: its worker credential (launch grant)
-    and its store grants, each revocation kept until the token could no longer pass a check,
-    and its account slot (no token)."""
-    now = int(ctx.writer.clock())
-    return {
-        records.ReleaseKind.LAUNCH_GRANT: [
-            (
-                held.credential_id,
-                max(
-                    1,
-                    held.credential_issued_at + WORKER_CREDENTIAL_TTL_S - now + REVOCATION_MARGIN_S,
-                ),
-            )
-        ],
-        # Store grants are minted on demand (never after the fence), each for at most the
-        # default grant lifetime, so a revocation that long covers every copy.
-        records.ReleaseKind.STORE_GRANTS: [
-            (g, tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + REVOCATION_MARGIN_S)
-            for g in (held.capture_grant_id, held.restore_grant_id)
-            if g
-        ],
-        records.ReleaseKind.ACCOUNT_SLOT: [],
-    }
-
-
 async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
     """Remove the fenced attempt's Pod unless the fence records it removed; return the fence
     as recorded now. A Pod the runtime could not remove is retried on the next pass."""
@@ -366,7 +332,7 @@ async def remove_pod(ctx: Context, fence: records.Fence) -> records.Fence:
     if not await _remove(ctx, eid):
         return fence
     at = ctx.writer.now()
-    if await ctx.writer.release(eid, {records.ReleaseKind.POD: ()}, at=at) == "released":
+    if await ctx.writer.release(eid, [records.ReleaseKind.POD], at=at) == "released":
         return _recorded(ctx, fence, [records.ReleaseKind.POD], at)
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 

@@ -14,21 +14,21 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from services.common import tokens
 from services.controller import telemetry
 from services.controller.state import keys, leasing, records
 
 Clock = Callable[[], float]
 
-Releases = Mapping[records.ReleaseKind, Sequence[tuple[str, int]]]
-"""Releases to do: each kind with the (token id, seconds to keep the revocation) of each token
-it revokes."""
+WORKER_CREDENTIAL_TTL_S = 30 * 24 * 3600
+"""How long a worker credential lives; it is revoked as soon as its attempt is fenced."""
 
+REVOCATION_MARGIN_S = 120
+"""Keep a revocation a little past the last moment its token could still pass a check."""
 
-def _releases(releases: Releases) -> tuple[str, list[tuple[str, int]]]:
-    """The scripts' form of `releases`: [[kind, its token count], ...] as JSON, and the tokens
-    in that order."""
-    kinds = [[kind.value, len(revoke)] for kind, revoke in releases.items()]
-    return json.dumps(kinds), [token for revoke in releases.values() for token in revoke]
+GRANT_REVOCATION_S = tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + REVOCATION_MARGIN_S
+"""How long a store grant's revocation is kept: grants are minted on demand (never after the
+fence), each for at most the default grant lifetime, so that long covers every copy."""
 
 
 def rfc3339(at: float) -> str:
@@ -56,6 +56,7 @@ class Fenced:
     execution: records.Execution | None = None
     config: records.SwarmConfig | None = None
     paused: bool = False
+    expected_generation: int | None = None
 
 
 class Writer:
@@ -123,31 +124,33 @@ class Writer:
         )
         return list(reply["admitted"]), list(reply["updated"])
 
-    async def fence(self, seat: records.Seat, execution: str, generation: int, reason: str) -> str:
+    async def fence(self, seat: str, execution: str, generation: int, reason: str) -> str:
         """Fence the seat's current attempt: `fenced`, `exists`, `not_current`, or
         `restore_refused` (a replacement holding a reported restore refusal is left alone)."""
         return (await self.fence_returning(seat, execution, generation, reason)).status
 
     async def fence_returning(
         self,
-        seat: records.Seat,
+        seat: str,
         execution: str,
         generation: int,
         reason: str,
-        releases: Releases | None = None,
+        *,
+        authority: bool = False,
     ) -> Fenced:
         """`fence`, with the fence record it wrote and what deciding on it reads next (all
-        None unless `fenced`). `releases` (as for `release`) are done and recorded in the same
-        write when it fences."""
+        None unless `fenced`; `expected_generation`, the seat's, when `not_current`). With
+        `authority`, the attempt's authority releases (as `release` does them) are done and
+        recorded in the same write when it fences. Nothing needs to be read first: the script
+        checks the seat and reads the attempt's record itself."""
         s = self.swarm
-        kinds, tokens = _releases(releases or {})
+        now = self.clock()
         reply = await self._run(
             "fence",
             [
-                keys.seat(s, seat.seat),
+                keys.seat(s, seat),
                 keys.execution(s, execution),
                 keys.fence(s, execution),
-                keys.task(s, seat.task_id),
                 keys.events(s),
                 keys.attention(s),
                 keys.refusal(s, execution),
@@ -156,13 +159,21 @@ class Writer:
                 keys.slots_used(s),
                 keys.config(s),
                 keys.paused(s),
-                *(keys.revoked(s, t) for t, _ in tokens),
             ],
-            [execution, generation, reason, self.now(), s, kinds, *(ttl for _, ttl in tokens)],
+            [
+                execution,
+                generation,
+                reason,
+                rfc3339(now),
+                s,
+                keys.task(s, ""),
+                json.dumps([k.value for k in records.AUTHORITY_RELEASES] if authority else []),
+                *self._revoke_args(now),
+            ],
         )
         status = str(reply["status"])
         if status != "fenced":
-            return Fenced(status)
+            return Fenced(status, expected_generation=reply.get("expected_generation"))
         config = reply.get("config")
         return Fenced(
             status,
@@ -173,33 +184,50 @@ class Writer:
             bool(reply.get("paused")),
         )
 
+    def _revoke_args(self, now: float) -> list[str | int]:
+        """What the scripts' `revocations` takes besides the attempt's record: the revocation
+        key prefix, now, how long past its issue a worker credential's revocation is kept
+        (until it could no longer pass a check), how long a store grant's is."""
+        return [
+            keys.revoked(self.swarm, ""),
+            int(now),
+            WORKER_CREDENTIAL_TTL_S + REVOCATION_MARGIN_S,
+            GRANT_REVOCATION_S,
+        ]
+
     async def release(
         self,
         execution: str,
-        releases: Releases,
+        kinds: Sequence[records.ReleaseKind],
         *,
         at: str | None = None,
     ) -> str:
         """Releases done and recorded in the fence in one script: `released` (at least one
-        kind was not recorded yet), `already` or `no_fence`.
+        kind was not recorded yet), `already`, `no_fence`, or `execution_missing` (an
+        authority release without the attempt's record).
 
         Args:
             execution: The fenced attempt.
-            releases: Each kind with the (token id, seconds to keep the revocation) of each
-                token it revokes.
+            kinds: What to release; what each revokes (the worker credential, the store
+                grants) is read from the attempt's record by the script.
             at: The release time to record (now when None).
         """
         s = self.swarm
-        kinds, tokens = _releases(releases)
+        now = self.clock()
         reply = await self._run(
             "release",
             [
                 keys.fence(s, execution),
                 keys.slots(s),
                 keys.slots_used(s),
-                *(keys.revoked(s, t) for t, _ in tokens),
+                keys.execution(s, execution),
             ],
-            [kinds, at or self.now(), execution, *(ttl for _, ttl in tokens)],
+            [
+                json.dumps([k.value for k in kinds]),
+                at or rfc3339(now),
+                execution,
+                *self._revoke_args(now),
+            ],
         )
         return str(reply["status"])
 

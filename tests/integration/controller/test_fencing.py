@@ -8,7 +8,8 @@ import logging
 import pytest
 
 from services.common import errors, revocations, tokens
-from services.controller.state import keys, reading, records
+from services.controller import replacing
+from services.controller.state import keys, reading, records, writing
 from tests.integration.controller import harness as h
 from tests.integration.controller.harness import SWARM, first, second
 
@@ -44,18 +45,16 @@ async def test_a_second_fence_returns_the_first(hx: h.Harness) -> None:
     hx.runtime.fail(e1)
     await hx.recovery.reconcile()
     before = await reading.fence(hx.client, SWARM, e1)
-    seat = await reading.seat(hx.client, SWARM, "eng-1")
-    assert seat is not None
-    assert await hx.recovery.writer.fence(seat, e1, 1, "node_lost") == "exists"
+    assert await hx.recovery.writer.fence("eng-1", e1, 1, "node_lost") == "exists"
     assert await reading.fence(hx.client, SWARM, e1) == before
 
 
 async def test_only_the_current_attempt_can_be_fenced(hx: h.Harness) -> None:
     """Spec: only the current attempt of a seat can be fenced (an old generation is refused)."""
-    seat = await reading.seat(hx.client, SWARM, "eng-1")
-    assert seat is not None
-    assert await hx.recovery.writer.fence(seat, first("eng-1"), 7, "oom_killed") == "not_current"
-    assert await hx.recovery.writer.fence(seat, second("eng-1"), 2, "oom_killed") == "not_current"
+    assert await hx.recovery.writer.fence("eng-1", first("eng-1"), 7, "oom_killed") == "not_current"
+    assert (
+        await hx.recovery.writer.fence("eng-1", second("eng-1"), 2, "oom_killed") == "not_current"
+    )
     assert await reading.fence(hx.client, SWARM, first("eng-1")) is None
 
 
@@ -91,6 +90,50 @@ async def test_release_revokes_grants_ends_the_slot_and_removes_the_pod_once(
     again = await reading.fence(hx.client, SWARM, e1)
     assert again is not None and [r.released_at for r in again.releases] == stamps
     assert hx.runtime.remove_calls == [e1]
+
+
+async def test_each_revocation_is_kept_as_long_as_its_token_could_pass_a_check(
+    hx: h.Harness,
+) -> None:
+    """The fence script reads what to revoke from the attempt's record: the worker credential
+    until its own expiry (issue time plus its lifetime) and a little past, each store grant
+    for a grant's whole lifetime, its leeway and the margin."""
+    e1 = first("eng-1")
+    held = await reading.execution(hx.client, SWARM, e1)
+    assert held is not None and held.capture_grant_id and not held.restore_grant_id
+    hx.runtime.fail(e1)
+    await hx.recovery.reconcile()
+    now = int(hx.recovery.writer.clock())
+    credential_ttl = await hx.client.ttl(keys.revoked(SWARM, held.credential_id))
+    expected = (
+        held.credential_issued_at + writing.WORKER_CREDENTIAL_TTL_S + writing.REVOCATION_MARGIN_S
+    ) - now
+    assert expected - 5 <= credential_ttl <= expected, (credential_ttl, expected)
+    grant_ttl = await hx.client.ttl(keys.revoked(SWARM, held.capture_grant_id))
+    assert writing.GRANT_REVOCATION_S - 5 <= grant_ttl <= writing.GRANT_REVOCATION_S
+    assert writing.GRANT_REVOCATION_S == (
+        tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + writing.REVOCATION_MARGIN_S
+    )
+    # Nothing else was revoked: the two tokens the attempt held.
+    revoked = [k async for k in hx.client.scan_iter(match=keys.revoked(SWARM, "*"))]
+    assert len(revoked) == 2, revoked
+
+
+async def test_authority_is_not_released_without_the_attempts_record(hx: h.Harness) -> None:
+    """A fence whose attempt has no record: the authority releases are refused
+    (`execution_missing`) and nothing is recorded or revoked; the Pod's release needs no
+    record."""
+    e1 = first("eng-1")
+    assert await hx.recovery.writer.fence("eng-1", e1, 1, "node_lost") == "fenced"
+    await hx.client.delete(keys.execution(SWARM, e1))
+    kinds = records.AUTHORITY_RELEASES
+    assert await hx.recovery.writer.release(e1, kinds) == "execution_missing"
+    fence = await reading.fence(hx.client, SWARM, e1)
+    assert fence is not None and fence.releases == ()
+    with pytest.raises(errors.NotFound, match="no record"):
+        await replacing.release_authority(hx.recovery.ctx, fence)
+    assert [k async for k in hx.client.scan_iter(match=keys.revoked(SWARM, "*"))] == []
+    assert await hx.recovery.writer.release(e1, [records.ReleaseKind.POD]) == "released"
 
 
 async def test_fenced_attempt_keeps_no_authority(hx: h.Harness) -> None:

@@ -140,9 +140,7 @@ async def test_a_slow_refused_worker_is_not_fenced_while_alive(
 async def test_the_fence_script_itself_refuses_a_refused_replacement(held: h.Harness) -> None:
     """The hold is atomic: the fence script checks for a stored refusal under the lease, so a
     refusal stored between the pass's read and its fence still holds the attempt."""
-    seat = await reading.seat(held.client, SWARM, "eng-1")
-    assert seat is not None
-    status = await held.recovery.writer.fence(seat, R, 2, "application_exit")
+    status = await held.recovery.writer.fence("eng-1", R, 2, "application_exit")
     assert status == "restore_refused"
     await assert_held(held)
 

@@ -15,7 +15,7 @@ SEATS = ("eng-1", "eng-2")
 
 MAX_COMMANDS_PER_REPLACEMENT = 80
 """Every command Redis ran per automatic fresh replacement in a listing pass over two failed
-seats (scripts and the commands they run, the controller's reads): 78 to 79 now (the pass
+seats (scripts and the commands they run, the controller's reads): 74 now (the pass
 shares Redis with its seat's other helpers, so one or two more may land in the window). A
 guard against a replacement growing a read per seat or per checkpoint, not a measure of the
 last single command saved."""

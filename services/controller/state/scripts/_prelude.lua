@@ -73,6 +73,37 @@ local function end_slot(slots_key, used_key, execution)
   end
 end
 
+-- What each release kind revokes, from the fenced attempt's record: its worker credential
+-- (launch_grant), kept until the credential could no longer pass a check, and its store grants
+-- (store_grants), each kept as long as any copy minted before the fence could pass one; the
+-- other kinds revoke no token. `revoke`: the revocation key prefix (a token's key is the prefix
+-- and its id), now (seconds), how long past its issue a credential's revocation is kept, how
+-- long a grant's is. Returns what release_kinds takes: {kind, how many keys are its own} per
+-- kind, and the keys and their TTLs in that order.
+local function revocations(kinds, execution, revoke)
+  local entries, revoke_keys, ttls = {}, {}, {}
+  local prefix, now = revoke[1], tonumber(revoke[2])
+  for _, kind in ipairs(kinds) do
+    local count = 0
+    local function add(token, ttl)
+      if token and token ~= '' then
+        revoke_keys[#revoke_keys + 1] = prefix .. token
+        ttls[#ttls + 1] = ttl
+        count = count + 1
+      end
+    end
+    if kind == 'launch_grant' then
+      add(execution.credential_id,
+        math.max(1, tonumber(execution.credential_issued_at) + tonumber(revoke[3]) - now))
+    elseif kind == 'store_grants' then
+      add(execution.capture_grant_id, tonumber(revoke[4]))
+      add(execution.restore_grant_id, tonumber(revoke[4]))
+    end
+    entries[#entries + 1] = {kind, count}
+  end
+  return entries, revoke_keys, ttls
+end
+
 -- Do and record in the fence each release of a fenced attempt that is not recorded yet.
 -- kinds: a list of {kind, how many of `revoke_keys` are its own}, in key order; revoke_keys and
 -- ttls: the revocation keys to set and their TTLs in seconds. Returns the kinds done and the

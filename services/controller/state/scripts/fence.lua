@@ -6,20 +6,23 @@
 -- A replacement that reported a restore refusal is not fenced (status restore_refused): its
 -- accepted decision stays in place for the master or operator, who fixes the cause and
 -- relaunches it (see absent.lua).
--- Releases may come with the fence (as in release.lua), done and recorded in the same write.
--- KEYS[3] seat, [4] execution, [5] fence, [6] task, [7] events, [8] attention, [9] refusal,
---   [10] expected, [11] slots, [12] slots used per account, [13] config, [14] paused,
---   [15..] revocation keys.
+-- Releases may come with the fence (as in release.lua), done and recorded in the same write;
+-- what they revoke is read from the attempt's record here, so the caller reads nothing first.
+-- The task's key is the task key prefix and the seat's task id, as the seat records it now.
+-- KEYS[3] seat, [4] execution, [5] fence, [6] events, [7] attention, [8] refusal,
+--   [9] expected, [10] slots, [11] slots used per account, [12] config, [13] paused.
 -- ARGV[3] execution id, [4] observed generation, [5] reason, [6] at, [7] swarm,
---   [8] JSON list of [release kind, how many of the revocation keys are its own] ('[]': none),
---   [9..] TTL in seconds of each revocation key.
+--   [8] the task key prefix, [9] JSON list of the release kinds to do with it ('[]': none),
+--   [10..13] as release.lua's ARGV[6..9] (the revocation key prefix, now, how long past its
+--   issue a credential's revocation is kept, how long a store grant's is).
 if redis.call('EXISTS', KEYS[5]) == 1 then return reply({status = 'exists'}) end
 local seat = hgetall(KEYS[3])
 local execution = hgetall(KEYS[4])
 if seat.current ~= ARGV[3] or seat.generation ~= ARGV[4] or execution.state ~= 'running' then
   return reply({status = 'not_current', expected_generation = tonumber(seat.generation) or 0})
 end
-if redis.call('EXISTS', KEYS[9]) == 1 then return reply({status = 'restore_refused'}) end
+if redis.call('EXISTS', KEYS[8]) == 1 then return reply({status = 'restore_refused'}) end
+local task_key = ARGV[8] .. seat.task_id
 local fence = {
   execution_id = ARGV[3], swarm = ARGV[7], generation = ARGV[4], seat = seat.seat,
   reason = ARGV[5], controller_epoch = EPOCH, fenced_at = ARGV[6],
@@ -39,23 +42,20 @@ hset_map(KEYS[5], fence)
 redis.call('HSET', KEYS[4], 'state', 'fenced')
 execution.state = 'fenced'
 redis.call('HSET', KEYS[3], 'state', 'fenced', 'fenced_execution', ARGV[3])
-redis.call('SADD', KEYS[8], seat.seat)
-redis.call('HDEL', KEYS[10], ARGV[3])
-local task = hgetall(KEYS[6])
+redis.call('SADD', KEYS[7], seat.seat)
+redis.call('HDEL', KEYS[9], ARGV[3])
+local task = hgetall(task_key)
 if task.held ~= '1' then
-  redis.call('HSET', KEYS[6], 'prior_awaiting', task.awaiting or '', 'held', '1')
+  redis.call('HSET', task_key, 'prior_awaiting', task.awaiting or '', 'held', '1')
 end
-redis.call('HSET', KEYS[6], 'awaiting', 'recovery_pending')
-local revoke_keys, ttls = {}, {}
-for i = 15, #KEYS do
-  revoke_keys[#revoke_keys + 1] = KEYS[i]
-  ttls[#ttls + 1] = ARGV[i - 6]
-end
-local done, record = release_kinds(KEYS[5], KEYS[11], KEYS[12], ARGV[3], cjson.decode(ARGV[8]),
-  revoke_keys, ttls, ARGV[6])
+redis.call('HSET', task_key, 'awaiting', 'recovery_pending')
+local kinds, revoke_keys, ttls = revocations(cjson.decode(ARGV[9]), execution,
+  {ARGV[10], ARGV[11], ARGV[12], ARGV[13]})
+local done, record = release_kinds(KEYS[5], KEYS[10], KEYS[11], ARGV[3], kinds, revoke_keys, ttls,
+  ARGV[6])
 for _, kind in ipairs(done) do fence['release:' .. kind] = record end
-local ev = event(KEYS[7], 'fence', ARGV[7], seat.seat, ARGV[3], seat.generation, ARGV[4],
+local ev = event(KEYS[6], 'fence', ARGV[7], seat.seat, ARGV[3], seat.generation, ARGV[4],
   cjson.encode(detail), ARGV[6])
 return reply({status = 'fenced', events = {ev}, fence = fence, kind = table.concat(done, ','),
-  execution = ARGV[3], attempt = execution, config = hgetall(KEYS[13]),
-  paused = redis.call('EXISTS', KEYS[14])})
+  execution = ARGV[3], attempt = execution, config = hgetall(KEYS[12]),
+  paused = redis.call('EXISTS', KEYS[13])})
