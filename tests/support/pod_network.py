@@ -273,7 +273,7 @@ class ServiceProxy:
 
     async def _on_service(self, kind: str, service: dict[str, Any]) -> None:
         key = (service["metadata"]["namespace"], service["metadata"]["name"])
-        old = self._services.pop(key, None)
+        self._services.pop(key, None)
         if kind != "DELETED":
             self._services[key] = service
         wanted = {
@@ -282,7 +282,6 @@ class ServiceProxy:
             if (s.get("spec") or {}).get("clusterIP") not in (None, "", "None")
             for p in s["spec"].get("ports") or ()
         }
-        del old
         for listener in [k for k in self._listeners if k not in wanted]:
             await self._unlisten(listener)
         for address, port in sorted(wanted - set(self._listeners)):
