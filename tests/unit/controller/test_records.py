@@ -145,14 +145,17 @@ def test_keys_share_the_swarm_hash_tag() -> None:
 
 
 def test_a_record_key_is_its_prefix_and_its_name() -> None:
-    """The pass's read-only script names seat, fence, decision and attempt keys from the
-    records it reads: each key is the prefix `keys` gives for an empty name, then the name."""
+    """Scripts name keys from the records they read (the pass's first read: seats, fences,
+    decisions, attempts; the fence: the task and the revoked tokens): each key is the prefix
+    `keys` gives for an empty name, then the name."""
     eid = keys.execution_id("example", "eng-2", 3)
     for key, name in (
         (keys.seat, "eng-2"),
         (keys.fence, eid),
         (keys.decision, eid),
         (keys.execution, eid),
+        (keys.task, "task-1"),  # the fence names the seat's task
+        (keys.revoked, "tok-1"),  # and each token it revokes
     ):
         assert key("example", name) == key("example", "") + name
 
