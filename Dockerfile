@@ -29,10 +29,17 @@ RUN npm install --global --no-audit --no-fund --loglevel=error \
     && npm cache clean --force \
     && claude --version
 
+# Exactly the locked runtime set (uv.lock, hashes checked), then the project itself without
+# resolving anything again; uv, pinned by hash, only exports the lock and is removed after.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md uv.lock ./
+COPY scripts/uv-requirements.txt ./scripts/
 COPY services ./services
-RUN pip install . \
+RUN pip install --require-hashes --no-deps -r scripts/uv-requirements.txt \
+    && uv export --frozen --no-emit-project --output-file /tmp/locked.txt \
+    && pip install --require-hashes --no-deps -r /tmp/locked.txt \
+    && pip install --no-deps . \
+    && pip uninstall -y uv \
     && agentihooks-controller --help >/dev/null \
     && agentihooks-checkpoint-store --help >/dev/null \
     && agentihooks-restorer --help >/dev/null \

@@ -5,6 +5,14 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# uv installs exactly the locked set (uv.lock: every distribution, runtime and dev, with hashes).
+# uv itself is pinned by hash in scripts/uv-requirements.txt and lives in its own virtualenv, so
+# the project's environment holds only what the lock names. uv never downloads a Python: it uses
+# $(PY).
+UV_HOME := .tools/uv
+UV := $(UV_HOME)/bin/uv
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
 PROTOS := $(wildcard protos/agentihooks/swarm/v2/*.proto)
 
 # The real agent CLIs the harness tests run, pinned; tests/support/agent_clis.py holds the same
@@ -13,10 +21,10 @@ CLAUDE_CODE_VERSION ?= 2.1.112
 CODEX_VERSION ?= 0.162.0
 HARNESSES := .harnesses
 
-.PHONY: setup system harnesses qualify evidence protos protos-check lint test test-fast bench demo clean
+.PHONY: setup system harnesses lock qualify evidence protos protos-check lint test test-fast bench demo clean
 
 ## setup: system packages (redis-server, chromium, git, node, tmux), the pinned agent CLIs and the
-## virtualenv with every dependency
+## virtualenv with exactly the locked dependency set (uv.lock)
 setup: system harnesses $(STAMP)
 
 system:
@@ -57,11 +65,22 @@ harnesses: system
 	$(call npm_harness,$(HARNESSES)/claude-code-$(CLAUDE_CODE_VERSION),@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION),claude)
 	$(call npm_harness,$(HARNESSES)/codex-$(CODEX_VERSION),@openai/codex@$(CODEX_VERSION),codex)
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+$(UV): scripts/uv-requirements.txt
+	test -x $(UV_HOME)/bin/python || $(PY) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/python -m pip install -q --require-hashes --no-deps -r scripts/uv-requirements.txt
+	touch $(UV)
+
+# --locked: the lock must match pyproject.toml (a dependency added without relocking fails here,
+# not on someone else's machine); sync is exact, so nothing outside the lock stays installed.
+$(STAMP): pyproject.toml uv.lock $(UV)
+	$(UV) sync --locked --all-extras --python $(PY)
 	touch $(STAMP)
+
+## lock: refresh uv.lock to the newest releases pyproject.toml allows, on purpose, and regenerate
+## services/proto/ with the newly locked grpcio-tools; commit both together
+lock: $(UV)
+	$(UV) lock --upgrade --python $(PY)
+	$(MAKE) protos
 
 ## protos: regenerate services/proto/ from protos/ (committed; CI checks for drift)
 protos: $(STAMP)
@@ -96,4 +115,4 @@ demo: setup
 	$(BIN)/python -m services.demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

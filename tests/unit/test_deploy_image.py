@@ -53,11 +53,19 @@ def test_it_installs_the_project_and_the_pinned_harness() -> None:
     assert '"@anthropic-ai/claude-code@${CLAUDE_CODE_VERSION}"' in runs
     assert "claude --version" in runs
     assert "DISABLE_AUTOUPDATER=1" in " ".join(a for k, a in instructions() if k == "ENV")
-    assert "pip install ." in runs
+    # Exactly the locked runtime set, hashes checked, then the project without resolving again.
+    assert "pip install --require-hashes --no-deps -r scripts/uv-requirements.txt" in runs
+    assert "uv export --frozen --no-emit-project --output-file /tmp/locked.txt" in runs
+    assert "pip install --require-hashes --no-deps -r /tmp/locked.txt" in runs
+    assert "pip install --no-deps ." in runs
     for script in CONSOLE_SCRIPTS:
         assert f"{script} --help" in runs, f"the build does not check {script}"
     copied = [args for keyword, args in instructions() if keyword == "COPY"]
-    assert copied == ["pyproject.toml README.md ./", "services ./services"]
+    assert copied == [
+        "pyproject.toml README.md uv.lock ./",
+        "scripts/uv-requirements.txt ./scripts/",
+        "services ./services",
+    ]
 
 
 def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
@@ -68,8 +76,9 @@ def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
     ]
     for entry in (".git", ".venv", ".harnesses", ".demo", "**/*.env", "deploy", "tests"):
         assert entry in ignored, entry
-    for needed in ("pyproject.toml", "README.md", "services"):
+    for needed in ("pyproject.toml", "README.md", "uv.lock", "services"):
         assert needed not in ignored
+    assert "!scripts/uv-requirements.txt" in ignored
 
 
 def test_the_documented_build_command_makes_the_deployed_image() -> None:

@@ -5,7 +5,7 @@ import warnings
 
 from agentihooks.swarm.v2 import restorer_pb2 as agentihooks_dot_swarm_dot_v2_dot_restorer__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
