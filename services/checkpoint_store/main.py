@@ -71,7 +71,14 @@ def main(argv: list[str] | None = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from None
-    asyncio.run(_serve(conf))
+    try:
+        asyncio.run(_serve(conf))
+    except rpc.ListenError as exc:
+        print(
+            exc.line("agentihooks-checkpoint-store", "--listen or AGENTIHOOKS_STORE_ADDR"),
+            file=sys.stderr,
+        )
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ metadata key `agentihooks-reason`; the status message is the spec's text.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import inspect
 import logging
 import signal
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -172,6 +174,57 @@ def metadata(context: grpc.aio.ServicerContext[Any, Any]) -> dict[str, str]:
 Registrar = Callable[[grpc.aio.Server], None]
 
 
+class ListenError(OSError):
+    """A server could not listen on its address (in use, not this host's, not allowed).
+
+    The entry points turn it into one line naming the address and the flag or variable that
+    sets it; it carries no traceback to the operator.
+    """
+
+    def __init__(self, address: str, why: str) -> None:
+        super().__init__(f"cannot listen on {address}: {why}")
+        self.address = address
+        self.why = why
+
+    @classmethod
+    def of(cls, address: str, exc: OSError) -> ListenError:
+        """The error for `address` from the system's `exc` (EADDRINUSE said plainly)."""
+        if exc.errno == errno.EADDRINUSE:
+            return cls(address, "the address is in use (is another server running there?)")
+        return cls(address, exc.strerror or str(exc))
+
+    def line(self, prog: str, setting: str) -> str:
+        """The operator's line: what failed, why, and what to change."""
+        return (
+            f"{prog}: cannot listen on {self.address}: {self.why}; "
+            f"set {setting} to another HOST:PORT"
+        )
+
+
+def split_address(listen: str) -> tuple[str, int]:
+    """HOST and PORT of `listen` (HOST:PORT, an IPv6 host in brackets)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"the address must be HOST:PORT, not {listen!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+def bind_refusal(listen: str) -> ListenError:
+    """Why `listen` cannot be bound, found by binding it the way the servers do (no
+    SO_REUSEPORT): gRPC's own error does not say."""
+    try:
+        host, port = split_address(listen)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        return ListenError.of(listen, exc)
+    except ValueError as exc:
+        return ListenError(listen, str(exc))
+    return ListenError(listen, "the address could not be bound")
+
+
 async def start_server(
     listen: str,
     registrars: Iterable[Registrar],
@@ -183,7 +236,8 @@ async def start_server(
 ) -> tuple[grpc.aio.Server, int]:
     """Start a gRPC server with health checking and reflection; return it and its port.
 
-    `listen` is HOST:PORT; port 0 picks a free port (tests). With `authenticate`, every call
+    `listen` is HOST:PORT; port 0 picks a free port (tests). An address that cannot be bound
+    (a busy port above all) raises `ListenError`. With `authenticate`, every call
     to the named services is authenticated first (`Authenticating`). The overall service ("")
     and each named one start SERVING, or NOT_SERVING when `serving` is False; pass
     `health_servicer` to switch them later (`set_serving`).
@@ -195,6 +249,9 @@ async def start_server(
         options=[
             ("grpc.max_receive_message_length", 8 * 1024 * 1024),
             ("grpc.max_send_message_length", 8 * 1024 * 1024),
+            # gRPC sets SO_REUSEPORT by default: a second server on a busy port would look
+            # started and take half the connections. A busy port is refused instead.
+            ("grpc.so_reuseport", 0),
         ],
     )
     for register in registrars:
@@ -210,9 +267,12 @@ async def start_server(
         ],
         server,
     )
-    port = server.add_insecure_port(listen)
+    try:
+        port = server.add_insecure_port(listen)
+    except RuntimeError:  # grpcio's "Failed to bind to address ..."
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {listen}")
+        raise bind_refusal(listen)
     await server.start()
     return server, port
 

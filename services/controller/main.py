@@ -230,7 +230,16 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
             )
         )
         return
-    asyncio.run(serve(conf))
+    try:
+        asyncio.run(serve(conf))
+    except rpc.ListenError as exc:
+        setting = (
+            "--http or AGENTIHOOKS_HTTP_ADDR"
+            if exc.address == conf.http
+            else "--listen or AGENTIHOOKS_CONTROL_ADDR"
+        )
+        print(exc.line("agentihooks-controller", setting), file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

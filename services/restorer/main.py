@@ -392,7 +392,14 @@ def main(argv: list[str] | None = None) -> None:
         interval = args.capture_interval
         if interval is None:
             interval = _capture_interval(os.environ)
-        code = asyncio.run(_serve(conf, interval, args.exit_with, needed))
+        try:
+            code = asyncio.run(_serve(conf, interval, args.exit_with, needed))
+        except rpc.ListenError as exc:
+            print(
+                exc.line("agentihooks-restorer serve", "--listen or AGENTIHOOKS_RESTORER_ADDR"),
+                file=sys.stderr,
+            )
+            raise SystemExit(1) from None
         if code:
             raise SystemExit(code)
         return

@@ -22,7 +22,7 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 
-from services.common import errors, logs, tokens
+from services.common import errors, logs, rpc, tokens
 from services.controller import hub as controller_hub
 from services.controller import metrics, recovering
 from services.controller.state import keys, reading, records, scripting
@@ -379,25 +379,21 @@ def make_app(hub: controller_hub.Hub) -> web.Application:
     return app
 
 
-def _host_port(listen: str) -> tuple[str, int]:
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"the HTTP address must be HOST:PORT, not {listen!r}")
-    return host.removeprefix("[").removesuffix("]"), int(port)
-
-
 async def start_http(hub: controller_hub.Hub, listen: str) -> tuple[web.AppRunner, int]:
     """Serve the HTTP API on `listen` (HOST:PORT; port 0 picks a free port).
 
     Returns:
         The runner (call `await runner.cleanup()` to stop) and the port it listens on.
     """
-    host, port = _host_port(listen)
+    host, port = rpc.split_address(listen)
     runner = web.AppRunner(make_app(hub), handle_signals=False)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise rpc.ListenError.of(listen, exc) from None
     except BaseException:
         await runner.cleanup()
         raise
