@@ -5,14 +5,17 @@ worker runtime), applies a two-seat swarm whose workers run a stand-in for Claud
 shows what an operator sees:
 
 - eng-1 holds a native session and a checkpoint is captured; its worker crashes; the controller
-  fences it and resumes it natively without asking; the replacement reports `native`.
+  fences it (the fence event is shown, and the lost attempt's worker credential is refused) and
+  resumes it natively without asking; the replacement reports `native`.
 - eng-2 crashes before any conversation; it waits for a decision (fresh only); the operator
   chooses fresh with the CLI; the replacement reports `fresh`.
 
-Everything lives in `.demo/` (logs, checkpoints, worker folders). Then the system stays up for
-you to explore: the ledger page's address and a file of `export` lines for the CLI are printed,
-and Ctrl-C stops everything cleanly. The services take their usual ports (controller 50051 and
-8080, store 50052, Redis 6390) when those are free, else free ones, and say which.
+Everything lives in `.demo/` (logs, checkpoints, worker folders); one demo runs per folder at a
+time (a second one refuses while the first runs, and never touches its files). Then the system
+stays up for you to explore: the ledger page's address and a file of `export` lines for the CLI
+(`source .demo/env` in a new terminal) are printed, and Ctrl-C stops everything cleanly. The
+services take their usual ports (controller 50051 and 8080, store 50052, Redis 6390) when those
+are free, else free ones, and say which.
 
 `DEMO_EXIT=1` (or `--exit`) runs the story to the end and exits, for scripts; `DEMO_PORTS=free`
 (or `--free-ports`) takes free ports only.
@@ -21,10 +24,12 @@ and Ctrl-C stops everything cleanly. The services take their usual ports (contro
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import pathlib
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -32,11 +37,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import IO, Any
+
+from services.controller.pods import runtime
 
 ROOT = pathlib.Path.cwd() / ".demo"
 SWARM = "demo"
 IMAGE = "agentihooks-worker:demo"
+FAIL_NOW = "eng-1-may-fail"
+"""The file that lets eng-1's first worker crash (under `.demo/`): the demo makes it once that
+worker's checkpoint reached the controller, so the story never depends on timing."""
 
 
 USUAL_PORTS = {"control": 50051, "http": 8080, "store": 50052, "redis": 6390}
@@ -93,13 +103,77 @@ def _project() -> pathlib.Path:
 
 
 def _agent_bin() -> pathlib.Path:
+    """The stand-in for Claude Code, as `claude` on the workers' PATH: a wrapper that tells it
+    where the file that lets eng-1's first worker crash will be."""
     bin_dir = ROOT / "bin"
     bin_dir.mkdir()
+    source = bin_dir / "demo_agent.py"
+    source.write_text(pathlib.Path(__file__).with_name("demo_agent.py").read_text())
     agent = bin_dir / "claude"
-    source = pathlib.Path(__file__).with_name("demo_agent.py").read_text()
-    agent.write_text(f"#!{sys.executable}\n{source}")
+    agent.write_text(
+        "#!/bin/sh\n"
+        f"DEMO_FAIL_AFTER_FILE={shlex.quote(str(ROOT / FAIL_NOW))} "
+        f'exec {shlex.quote(sys.executable)} {shlex.quote(str(source))} "$@"\n'
+    )
     agent.chmod(0o755)
     return bin_dir
+
+
+def _claim_folder() -> IO[str]:
+    """Hold `.demo/` for this demo: refuse while another demo in this folder holds it, then
+    clear what an earlier, finished demo left. The lock is released when this process ends,
+    however it ends."""
+    ROOT.mkdir(exist_ok=True)
+    lock = (ROOT / ".lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise SystemExit(
+            f"demo: another demo is running in this folder (pid {holder}); stop it first "
+            "(Ctrl-C in its terminal), or run this one from another checkout"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    for entry in ROOT.iterdir():
+        if entry.name == ".lock":
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    return lock
+
+
+def _attempt_folder(execution_id: str) -> pathlib.Path:
+    return ROOT / "workers" / SWARM / execution_id
+
+
+def _wait_logged(log: pathlib.Path, event: str, timeout: float = 120) -> None:
+    """Until the sidecar log `log` holds `event`."""
+    print(f"  waiting until the sidecar logs {event} ...", flush=True)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and f'"event": "{event}"' in log.read_text():
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"demo: timed out waiting for {event} in {log}")
+
+
+def _credential_of(execution_id: str) -> str:
+    """The worker credential attempt `execution_id` runs with, read from its worker's
+    environment as anyone who copied a lost worker's environment would hold it."""
+    record = json.loads((_attempt_folder(execution_id) / "attempt.json").read_text())
+    environ = pathlib.Path(f"/proc/{record['pid']}/environ").read_bytes()
+    prefix = f"{runtime.CREDENTIAL_ENV}=".encode()
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix) :].decode()
+    raise SystemExit(f"demo: {execution_id}'s worker runs without a credential")
 
 
 class Demo:
@@ -160,6 +234,40 @@ class Demo:
             print(done.stdout.rstrip())
         return done.stdout
 
+    def show_fence(self, seat: str) -> None:
+        """Print the fence event(s) of `seat` from the recovery event stream."""
+        print(f"\n$ agentihooks swarm {SWARM} events   # the fence of {seat}")
+        for line in self.cli("swarm", SWARM, "events", show=False).splitlines():
+            event = json.loads(line)
+            if event.get("kind") == "fence" and event.get("seat") == seat:
+                print(line)
+
+    def try_as_fenced(self, execution_id: str, credential: str) -> None:
+        """Call the controller as the fenced attempt, with grpcurl, for its launch record (the
+        first thing a worker asks for), and print the refusal it gets. The credential goes by
+        the environment (`-expand-headers`), never on a command line or in the output."""
+        argv = [
+            "grpcurl",
+            "-plaintext",
+            "-expand-headers",
+            "-H",
+            "authorization: Bearer ${FENCED_CREDENTIAL}",
+            f"127.0.0.1:{self.control_port}",
+            "agentihooks.swarm.v2.Recovery/GetLaunchRecord",
+        ]
+        print(f"\n$ FENCED_CREDENTIAL=<{execution_id}'s credential> {shlex.join(argv)}")
+        grpcurl = shutil.which("grpcurl", path=str(pathlib.Path(sys.executable).parent))
+        done = subprocess.run(
+            [grpcurl or "grpcurl", *argv[1:]],
+            env={**os.environ, "FENCED_CREDENTIAL": credential},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if done.returncode == 0:
+            raise SystemExit(f"demo: the fenced attempt {execution_id} was answered")
+        print((done.stdout + done.stderr).replace(credential, "<credential>").rstrip())
+
     def status(self) -> dict[str, Any]:
         return dict(json.loads(self.cli("swarm", SWARM, "status", "--json", show=False)))
 
@@ -183,18 +291,25 @@ def _card(status: dict[str, Any], seat: str) -> dict[str, Any] | None:
 def _stay_up(demo: Demo) -> None:
     """Print where everything is, then keep it running until Ctrl-C or SIGTERM."""
     env_file = ROOT / "env"
-    env_file.write_text(
-        f"export AGENTIHOOKS_CONTROL_ADDR=127.0.0.1:{demo.control_port}\n"
-        f"export AGENTIHOOKS_TOKEN={demo.operator_token}\n"
-        f"export CONTROL_URL=http://127.0.0.1:{demo.http_port}\n"
-        f"export OPERATOR_TOKEN=$AGENTIHOOKS_TOKEN\n"
-    )
-    env_file.chmod(0o600)
+    lines = []
+    # A new terminal has no virtualenv on PATH: the file puts the CLI there.
+    bin_dir = pathlib.Path(os.path.abspath(sys.executable)).parent
+    if (bin_dir / "agentihooks").exists():
+        lines.append(f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"')
+    for name, value in (
+        ("AGENTIHOOKS_CONTROL_ADDR", f"127.0.0.1:{demo.control_port}"),
+        ("AGENTIHOOKS_TOKEN", demo.operator_token),
+        ("CONTROL_URL", f"http://127.0.0.1:{demo.http_port}"),
+        ("OPERATOR_TOKEN", demo.operator_token),
+    ):
+        lines.append(f"export {name}={shlex.quote(value)}")
+    env_file.touch(0o600)
+    env_file.write_text("\n".join(lines) + "\n")
     print(
         f"""
 The system stays up. In another terminal:
 
-  source {env_file.relative_to(ROOT.parent)}     # the CLI's address and the operator token
+  source {env_file.relative_to(ROOT.parent)}     # the CLI on PATH, its address, the operator token
   agentihooks swarm {SWARM} status
   agentihooks swarm {SWARM} events
   grpcurl -plaintext 127.0.0.1:{demo.control_port} list
@@ -238,9 +353,7 @@ def main(argv: list[str] | None = None) -> None:
     redis = shutil.which("redis-server")
     if redis is None:
         raise SystemExit("demo: redis-server is not installed (make setup installs it)")
-    if ROOT.exists():
-        shutil.rmtree(ROOT)
-    ROOT.mkdir()
+    lock = _claim_folder()  # noqa: F841  (held until this process ends)
     demo = Demo(usual_ports=usual_ports)
     print("Starting the embedded default: local Redis, local checkpoint folder, local workers")
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGENTIHOOKS_")}
@@ -331,8 +444,22 @@ seats:
 """
         )
         demo.cli("swarm", SWARM, "apply", str(document))
-        print("\neng-1 holds a native session; its worker captures a checkpoint, then crashes.")
+        first = f"{SWARM}.eng-1.1"
+        print("\neng-1 holds a native session; its worker captures a checkpoint.")
         print("eng-2 crashes before any conversation started.")
+        _wait_logged(_attempt_folder(first) / "sidecar.log", "capture_reported")
+        credential = _credential_of(first)
+        print("eng-1's checkpoint reached the controller; now its worker crashes.")
+        (ROOT / FAIL_NOW).touch()
+        demo.wait_for(
+            "eng-1 is fenced",
+            lambda s: (c := _card(s, "eng-1")) is not None and c["execution_id"] == first,
+        )
+        print("\nThe controller fenced the lost attempt before anything else:")
+        demo.show_fence("eng-1")
+        print("\nThe fenced attempt can act no more: its worker credential is refused.")
+        demo.try_as_fenced(first, credential)
+        print()
         demo.wait_for(
             "eng-1 is resumed natively and its replacement reports",
             lambda s: (c := _card(s, "eng-1")) is not None and c["continuity"] == "native",

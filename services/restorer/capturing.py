@@ -352,6 +352,15 @@ class Capturer:
                     logging.WARNING,
                     reason=retrying.reason_of(error),
                 )
+            else:
+                # The controller now holds this watermark: a fence from here on records it.
+                logs.event(
+                    log,
+                    "capture_reported",
+                    execution_id=self._launch.scope.execution_id,
+                    checkpoint_id=captured.checkpoint_id,
+                    watermark=captured.watermark,
+                )
 
 
 async def _one(data: bytes) -> AsyncIterator[bytes]:

@@ -6,6 +6,7 @@ The demo runs in a folder of its own (its `.demo/` is made there), on free ports
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pathlib
 import re
@@ -33,18 +34,44 @@ async def _line_matching(stream: asyncio.StreamReader, pattern: str, seen: list[
             return line
 
 
-def _exports(path: pathlib.Path) -> dict[str, str]:
-    found = {}
-    for line in path.read_text().splitlines():
-        name, _, value = line.removeprefix("export ").partition("=")
-        found[name] = value
-    return found
+async def _in_a_new_terminal(cwd: pathlib.Path, script: str) -> tuple[int, str]:
+    """Run `script` in bash as a new terminal would: no virtualenv on PATH, nothing of this
+    process's environment but HOME."""
+    shell = await asyncio.create_subprocess_exec(
+        "/bin/bash",
+        "--noprofile",
+        "--norc",
+        "-c",
+        script,
+        cwd=cwd,
+        env={"HOME": os.environ.get("HOME", "/root"), "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(shell.communicate(), DEADLINE_S)
+    return shell.returncode or 0, out.decode()
+
+
+async def _second_demo(cwd: pathlib.Path) -> tuple[int, str]:
+    second = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.demo",
+        cwd=cwd,
+        env={**os.environ, "DEMO_PORTS": "free", "DEMO_EXIT": "1"},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(second.communicate(), DEADLINE_S)
+    return second.returncode or 0, out.decode()
 
 
 async def test_the_demo_tells_its_story_then_stays_up_until_ctrl_c(tmp_path: pathlib.Path) -> None:
-    """It ends the story with one native resume and one fresh replacement, prints the ledger
-    page's address and the file of exports for the CLI (never the token itself), stays up for
-    the CLI and the page, and stops every service cleanly on Ctrl-C. Started as a background
+    """It ends the story with one native resume and one fresh replacement, shows the fence (its
+    event, then the fenced attempt's credential refused), prints the ledger page's address and
+    the file of exports for the CLI (never the token itself), which works in a new terminal,
+    refuses a second demo in the same folder while it runs (touching none of its files), stays
+    up for the CLI and the page, and stops every service cleanly on Ctrl-C. Started as a background
     job or a script starts it (SIGINT ignored, inherited), Ctrl-C still stops it."""
     # Through sh, whose `trap '' INT` leaves SIGINT ignored across the exec, as `cmd &` in a
     # script does (not a preexec_fn: forking this process, which runs gRPC, is unsafe).
@@ -65,25 +92,47 @@ async def test_the_demo_tells_its_story_then_stays_up_until_ctrl_c(tmp_path: pat
             await _line_matching(process.stdout, r"demo finished: one native resume", seen)
             ledger = await _line_matching(process.stdout, r"Ledger page: http://", seen)
             await _line_matching(process.stdout, r"Press Ctrl-C", seen)
-        env_file = tmp_path / ".demo" / "env"
-        exports = _exports(env_file)
-        assert oct(env_file.stat().st_mode & 0o777) == "0o600"
-        assert exports["AGENTIHOOKS_TOKEN"] not in "".join(seen)
-        cli = await asyncio.create_subprocess_exec(
-            str(pathlib.Path(sys.executable).parent / "agentihooks"),
-            "swarm",
-            "demo",
-            "status",
-            "--json",
-            env={**os.environ, **exports},
-            stdout=asyncio.subprocess.PIPE,
+        story = "".join(seen)
+        # The fence is shown: its event, then the lost attempt's credential refused.
+        fence = next(
+            json.loads(line)
+            for line in seen
+            if line.startswith("{") and '"kind": "fence"' in line and '"eng-1"' in line
         )
-        out, _ = await asyncio.wait_for(cli.communicate(), DEADLINE_S)
-        assert cli.returncode == 0 and b'"handoffs"' in out
+        assert (fence["execution_id"], fence["detail"]["reason"]) == (
+            "demo.eng-1.1",
+            "application_exit",
+        )
+        assert "Code: PermissionDenied\n  Message: forbidden_scope" in story
+        assert not re.search(r"eyJ[\w-]*\.[\w-]+\.[\w-]+", story), "a credential was printed"
+        env_file = tmp_path / ".demo" / "env"
+        assert oct(env_file.stat().st_mode & 0o777) == "0o600"
+        exports = env_file.read_text()
+        assert "$AGENTIHOOKS_TOKEN" not in exports
+        # A second demo in the same folder refuses while this one runs and touches nothing.
+        before = {p: p.stat().st_mtime_ns for p in (tmp_path / ".demo").rglob("*") if p.is_file()}
+        code, said = await _second_demo(tmp_path)
+        assert code == 1, said
+        assert said.strip().startswith("demo: another demo is running in this folder (pid ")
+        assert env_file.read_text() == exports
+        assert all(p.exists() for p in before)
+        # The file works in a new terminal: the CLI on PATH, its address and the token.
+        code, out = await _in_a_new_terminal(
+            tmp_path, "source .demo/env && agentihooks swarm demo status --json"
+        )
+        assert code == 0 and '"handoffs"' in out, out
+        token = re.search(r"^export AGENTIHOOKS_TOKEN=(\S+)$", exports, re.M)
+        assert token is not None and token.group(1) not in story
+        code, out = await _in_a_new_terminal(
+            tmp_path, 'source .demo/env && test "$OPERATOR_TOKEN" = "$AGENTIHOOKS_TOKEN"'
+        )
+        assert code == 0, out
+        address = re.search(r"^export AGENTIHOOKS_CONTROL_ADDR=(\S+)$", exports, re.M)
+        assert address is not None
         url = ledger.split("Ledger page: ", 1)[1].strip()
         async with aiohttp.ClientSession() as http, http.get(url) as page:
             assert page.status == 200
-        control_port = int(exports["AGENTIHOOKS_CONTROL_ADDR"].rpartition(":")[2])
+        control_port = int(address.group(1).rpartition(":")[2])
         process.send_signal(signal.SIGINT)
         rest, _ = await asyncio.wait_for(process.communicate(), DEADLINE_S)
         assert process.returncode == 0, rest.decode()[-2000:]
