@@ -11,10 +11,15 @@ The controller address comes from --control or AGENTIHOOKS_CONTROL_ADDR (default
 127.0.0.1:50051) and the credential from AGENTIHOOKS_TOKEN (an operator token or a master's
 credential), falling back to AGENTIHOOKS_OPERATOR_TOKEN.
 
-Exit codes, for scripts: 0 done; 1 any other error; 2 usage; 3 refused (the controller's
-failed_precondition: for example no recovery decision is pending for this attempt); 4 forbidden
-or unauthenticated (forbidden_scope, a missing or wrong credential); 5 not found (no such
-swarm, seat or attempt); 6 the controller is unavailable or did not answer in time.
+Exit codes, for scripts: 0 done; 1 any other error; 2 usage (also a controller address that is
+not HOST:PORT); 3 refused (the controller's failed_precondition: for example no recovery
+decision is pending for this attempt); 4 forbidden or unauthenticated (forbidden_scope, a
+missing or wrong credential); 5 not found (no such swarm, seat or attempt); 6 the controller is
+unavailable or did not answer in time; 141 stdout was closed before everything was printed
+(`agentihooks swarm NAME events | head -1`).
+
+No error message repeats a credential: AGENTIHOOKS_TOKEN and AGENTIHOOKS_OPERATOR_TOKEN are
+redacted from every line the CLI writes to stderr.
 """
 
 from __future__ import annotations
@@ -24,15 +29,18 @@ import asyncio
 import json
 import os
 import pathlib
+import re
+import signal
 import sys
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
-from services.cli import rendering
+from services.cli import addresses, rendering
 from services.common import rpc
 
 DEFAULT_CONTROL_ADDR = "127.0.0.1:50051"
@@ -48,6 +56,11 @@ EXIT_REFUSED = 3
 EXIT_FORBIDDEN = 4
 EXIT_NOT_FOUND = 5
 EXIT_UNAVAILABLE = 6
+# What a shell reports for a program that SIGPIPE ended (128 + 13), as for `yes | head -1`:
+# the output was cut short, so not 0 (an events stream did not end by itself), and a
+# `set -o pipefail` script sees the same status as for any other Unix tool in that place.
+EXIT_STDOUT_CLOSED = 128 + signal.SIGPIPE
+TOKEN_VARIABLES = ("AGENTIHOOKS_TOKEN", "AGENTIHOOKS_OPERATOR_TOKEN")
 
 _EXIT_BY_CODE = {
     grpc.StatusCode.FAILED_PRECONDITION: EXIT_REFUSED,
@@ -76,7 +89,7 @@ examples:
 
 environment: AGENTIHOOKS_CONTROL_ADDR (or --control), AGENTIHOOKS_TOKEN.
 exit codes: 0 done, 1 error, 2 usage, 3 refused, 4 forbidden or unauthenticated, 5 not found,
-6 controller unavailable.
+6 controller unavailable, 141 stdout closed early (as in `... events | head -1`).
 """
 
 
@@ -88,8 +101,35 @@ class CliError(Exception):
         self.code = code
 
 
+class _UsageError(Exception):
+    """argparse's usage error, raised instead of printed so `main` can redact it."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str) -> None:
+        super().__init__(message)
+        self.parser = parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors (they repeat what was typed, a pasted token included) are
+    shown by `main`, which redacts them; subcommand parsers are of the same class."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(self, message)
+
+
+def _event_id(value: str) -> str:
+    """An event id as the controller's stream writes it (`1764669600000-0`, or `0`): anything
+    else is a usage error here rather than an internal error from the controller."""
+    if not re.fullmatch(r"[0-9]+(-[0-9]+)?", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an event id: use one `events` printed, such as 1764669600000-0,"
+            " or 0 for all"
+        )
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="agentihooks",
         description="Operate agent swarms: fenced restore decisions.",
         epilog=EPILOG,
@@ -138,8 +178,40 @@ def _parser() -> argparse.ArgumentParser:
     cmds.add_parser("unpause", help="clear the recovery-paused switch")
     events = cmds.add_parser("events", help="fence, recovery and outcome events")
     events.add_argument("--follow", action="store_true", help="keep waiting for new events")
-    events.add_argument("--after", default="0", help="only events after this id (default: all)")
+    events.add_argument(
+        "--after",
+        default="0",
+        type=_event_id,
+        help="only events after this id, as `events` prints it (default: all)",
+    )
     return parser
+
+
+def _control_addr(args: argparse.Namespace, env: Mapping[str, str]) -> str:
+    """The controller address, checked to be HOST:PORT before any connection is tried.
+
+    Raises:
+        CliError: (usage) the value is not HOST:PORT; the message names where it came from.
+    """
+    if args.control is not None:
+        given, source = args.control, "--control"
+    else:
+        given = env.get("AGENTIHOOKS_CONTROL_ADDR", "").strip() or DEFAULT_CONTROL_ADDR
+        source = "AGENTIHOOKS_CONTROL_ADDR"
+    try:
+        addresses.parse(given)
+    except addresses.Malformed as exc:
+        shown = addresses.shown(rendering.redacted(given, _secrets(env)))
+        raise CliError(
+            f"the controller address must be HOST:PORT, for example {addresses.EXAMPLE}; "
+            f"{source} is {shown}: {exc}",
+            EXIT_USAGE,
+        ) from None
+    return str(given)
+
+
+def _secrets(env: Mapping[str, str]) -> list[str]:
+    return [env.get(name, "") for name in TOKEN_VARIABLES]
 
 
 def _token(env: Mapping[str, str]) -> str:
@@ -180,18 +252,21 @@ def _reason(exc: grpc.aio.AioRpcError) -> str:
 
 
 async def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
-    addr = args.control or env.get("AGENTIHOOKS_CONTROL_ADDR") or DEFAULT_CONTROL_ADDR
+    addr = _control_addr(args, env)
     creds = (("authorization", f"Bearer {_token(env)}"),)
     async with grpc.aio.insecure_channel(addr) as channel:
         stub = pb_grpc.RecoveryStub(channel)
         try:
-            return await _dispatch(stub, args, creds)
+            return await _dispatch(stub, args, creds, addr)
         except grpc.aio.AioRpcError as exc:
             raise _refusal(exc, addr) from None
 
 
 async def _dispatch(
-    stub: pb_grpc.RecoveryStub, args: argparse.Namespace, creds: Sequence[tuple[str, str]]
+    stub: pb_grpc.RecoveryStub,
+    args: argparse.Namespace,
+    creds: Sequence[tuple[str, str]],
+    addr: str,
 ) -> int:
     swarm = args.swarm
     if args.command == "status":
@@ -204,28 +279,7 @@ async def _dispatch(
             print(rendering.status_text(status))
         return 0
     if args.command == "restore-decision":
-        request = pb.RestoreDecisionRequest(
-            swarm=swarm, seat=args.seat, choice=CHOICES[args.choice], agent=args.agent
-        )
-        status = await stub.GetSwarmStatus(
-            pb.GetSwarmStatusRequest(swarm=swarm), metadata=creds, timeout=15
-        )
-        if status.runtime == "kubernetes":
-            # For a Kubernetes attempt the command only records the request; the controller
-            # applies it under its lease on its next recovery pass.
-            recorded = await stub.RequestRestoreDecision(request, metadata=creds, timeout=15)
-            verb = "recorded" if recorded.recorded else "already recorded"
-            print(
-                f"{args.choice} for {recorded.execution_id} {verb}; "
-                "the controller applies it on its next pass",
-                flush=True,
-            )
-            if args.no_wait:
-                return EXIT_OK
-            return await _await_pass(stub, swarm, recorded, creds, args.wait_timeout)
-        answer = await stub.RestoreDecision(request, metadata=creds, timeout=30)
-        print(rendering.decision_text(answer))
-        return 0
+        return await _restore_decision(stub, args, creds, addr)
     if args.command == "apply":
         try:
             document = args.file.read_text()
@@ -263,6 +317,65 @@ async def _dispatch(
     raise CliError(f"unknown command {args.command}")
 
 
+async def _restore_decision(
+    stub: pb_grpc.RecoveryStub,
+    args: argparse.Namespace,
+    creds: Sequence[tuple[str, str]],
+    addr: str,
+) -> int:
+    """Choose for a seat: recorded for the next pass (Kubernetes) or applied now (local)."""
+    swarm = args.swarm
+    request = pb.RestoreDecisionRequest(
+        swarm=swarm, seat=args.seat, choice=CHOICES[args.choice], agent=args.agent
+    )
+    status = await stub.GetSwarmStatus(
+        pb.GetSwarmStatusRequest(swarm=swarm), metadata=creds, timeout=15
+    )
+    try:
+        if status.runtime == "kubernetes":
+            # For a Kubernetes attempt the command only records the request; the controller
+            # applies it under its lease on its next recovery pass.
+            recorded = await stub.RequestRestoreDecision(request, metadata=creds, timeout=15)
+            verb = "recorded" if recorded.recorded else "already recorded"
+            print(
+                f"{args.choice} for {recorded.execution_id} {verb}; "
+                "the controller applies it on its next pass",
+                flush=True,
+            )
+            if args.no_wait:
+                return EXIT_OK
+            return await _await_pass(stub, swarm, recorded, creds, args.wait_timeout)
+        answer = await stub.RestoreDecision(request, metadata=creds, timeout=30)
+    except grpc.aio.AioRpcError as exc:
+        error = _refusal(exc, addr)
+        if exc.code() == grpc.StatusCode.NOT_FOUND:
+            # The swarm exists (its status just answered): the seat or attempt typed does not.
+            raise CliError(f"{error}; {rendering.seat_names(status)}", error.code) from None
+        if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+            raise CliError(
+                f"{error}{await _accepted_note(stub, swarm, args.seat, creds)}", error.code
+            ) from None
+        raise error from None
+    print(rendering.decision_text(answer))
+    return EXIT_OK
+
+
+async def _accepted_note(
+    stub: pb_grpc.RecoveryStub, swarm: str, attempt: str, creds: Sequence[tuple[str, str]]
+) -> str:
+    """After a refusal: which decision was accepted for the attempt (an execution id or a
+    seat), read from the swarm's status now, as "; …"; "" when none was or status fails (the
+    refusal itself is what the operator must see)."""
+    try:
+        status = await stub.GetSwarmStatus(
+            pb.GetSwarmStatusRequest(swarm=swarm), metadata=creds, timeout=15
+        )
+    except grpc.aio.AioRpcError:
+        return ""
+    accepted = rendering.accepted_decision(status, attempt)
+    return f"; {accepted}" if accepted else ""
+
+
 async def _await_pass(
     stub: pb_grpc.RecoveryStub,
     swarm: str,
@@ -290,9 +403,12 @@ async def _await_pass(
                     print(f"applied: {detail.get('choice')} was already accepted")
                     return EXIT_OK
                 if event.kind == "request" and detail.get("request") == "refused":
+                    message, reason = detail.get("message"), detail.get("reason")
+                    # The spec's refusals carry their text as the reason: say it once.
+                    said = f"{message} ({reason})" if reason and reason != message else message
+                    accepted = await _accepted_note(stub, swarm, execution, creds)
                     raise CliError(
-                        f"the request for {execution} was refused: {detail.get('message')}"
-                        f" ({detail.get('reason')})",
+                        f"the request for {execution} was refused: {said}{accepted}",
                         EXIT_REFUSED,
                     )
     except TimeoutError:
@@ -308,15 +424,41 @@ async def _await_pass(
 
 def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> None:
     """Entry point of the `agentihooks` command."""
-    args = _parser().parse_args(argv)
+    environ = env if env is not None else os.environ
     try:
-        code = asyncio.run(_run(args, env if env is not None else os.environ))
-    except CliError as exc:
-        print(f"agentihooks: {exc}", file=sys.stderr)
-        raise SystemExit(exc.code) from None
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
+        try:
+            code = _main(argv, environ)
+        finally:
+            # Flushed here rather than at interpreter exit, so that a closed stdout is caught
+            # below instead of printing "Exception ignored … BrokenPipeError".
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`… | head -1`): nothing is left to tell it. Point stdout at
+        # /dev/null so the interpreter's own last flush finds no pipe either, and end quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(EXIT_STDOUT_CLOSED) from None
     raise SystemExit(code)
+
+
+def _main(argv: Sequence[str] | None, env: Mapping[str, str]) -> int:
+    """Parse, run and report; returns the exit code. Every line written to stderr passes
+    through `rendering.redacted`, so no error repeats a credential."""
+    secrets = _secrets(env)
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as exc:
+        exc.parser.print_usage(sys.stderr)
+        message = rendering.redacted(str(exc), secrets)
+        print(f"{exc.parser.prog}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        return asyncio.run(_run(args, env))
+    except CliError as exc:
+        print(f"agentihooks: {rendering.redacted(str(exc), secrets)}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

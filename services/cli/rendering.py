@@ -1,8 +1,10 @@
-"""How the CLI shows status, decisions and events (pure: messages in, text or JSON out)."""
+"""How the CLI shows status, decisions, events and errors (pure: messages in, text or JSON
+out)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from agentihooks.swarm.v2 import recovery_pb2 as pb
@@ -119,3 +121,65 @@ def event_json(event: pb.RecoveryEvent) -> dict[str, Any]:
         "detail": json.loads(event.detail_json) if event.detail_json else {},
         "at": event.at,
     }
+
+
+SEATS_SHOWN = 20
+"""How many seat names an error lists before it says how many more there are."""
+
+
+def seat_names(status: pb.SwarmStatus, limit: int = SEATS_SHOWN) -> str:
+    """The swarm's seats for an error about a seat that does not exist: at most `limit` names,
+    then how many more."""
+    names = [s.seat for s in status.seats]
+    if not names:
+        return f"swarm {status.swarm} has no seats"
+    listed = ", ".join(names[:limit])
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return f"the seats of swarm {status.swarm} are {listed}{more}"
+
+
+def accepted_decision(status: pb.SwarmStatus, attempt: str) -> str:
+    """Which decision was accepted for a fenced attempt (`attempt`: its execution id, or its
+    seat for the seat's latest fenced attempt), as a clause to add after a refusal; "" when
+    none was accepted.
+
+    The choice is the one on the task's recovery field; once the outcome replaced it there, it
+    follows from the continuity (resume restores native or reconstructed, fresh is fresh).
+    """
+    for card in status.handoffs:
+        if attempt not in (card.execution_id, card.seat) or card.decision != "accepted":
+            continue
+        choice = _choice_of(status, card.execution_id)
+        text = f"{choice or 'a decision'} was accepted for {card.execution_id}"
+        if card.replacement_execution_id:
+            text += f", replacement {card.replacement_execution_id}"
+        return text
+    return ""
+
+
+def _choice_of(status: pb.SwarmStatus, fenced: str) -> str:
+    for task in status.tasks:
+        recovery = _recovery(task.recovery_json)
+        if not isinstance(recovery, dict) or recovery.get("fenced_execution_id") != fenced:
+            continue
+        if recovery.get("choice") in CHOICE.values():
+            return str(recovery["choice"])
+        continuity = recovery.get("recovery")
+        if continuity == "fresh":
+            return "fresh"
+        if continuity in ("native", "reconstructed"):
+            return "resume"
+    return ""
+
+
+REDACTED = "<redacted>"
+
+
+def redacted(text: str, secrets: Iterable[str]) -> str:
+    """`text` with every credential the CLI holds replaced, so that no error repeats one (a
+    token pasted as an argument or an address comes back as `<redacted>`). A credential is
+    also found as `repr` writes it, the way argparse quotes a value it refuses."""
+    forms = {form for s in secrets if s for form in (s, repr(s)[1:-1])}
+    for secret in sorted(forms, key=len, reverse=True):
+        text = text.replace(secret, REDACTED)
+    return text

@@ -88,12 +88,26 @@ async def resolve(ctx: replacing.Context, execution_or_seat: str) -> str:
     """
     if keys.swarm_of(execution_or_seat) is not None:
         if await reading.execution(ctx.client, ctx.swarm, execution_or_seat) is None:
-            raise errors.NotFound("execution_not_found", "no such execution in this swarm")
+            raise errors.NotFound(
+                "execution_not_found",
+                f"no such execution in swarm {ctx.swarm}: {execution_or_seat}",
+            )
         return execution_or_seat
     seat = await reading.seat(ctx.client, ctx.swarm, execution_or_seat)
     if seat is None:
-        raise errors.NotFound("seat_not_found", "no such seat in this swarm")
+        raise errors.NotFound("seat_not_found", _no_such_seat(ctx.swarm, execution_or_seat))
     return seat.fenced_execution_id or seat.current_execution_id
+
+
+def _no_such_seat(swarm: str, asked: str) -> str:
+    """The refusal's message: the seat asked for when it is a name; anything else (it may be
+    any text, even a pasted credential) is not repeated, only what a seat name looks like."""
+    if keys.is_name(asked):
+        return f"no such seat in swarm {swarm}: {asked}"
+    return (
+        f"no such seat in swarm {swarm}: a seat name is lowercase letters, digits and '-', "
+        "at most 24 characters"
+    )
 
 
 async def choose(

@@ -143,7 +143,8 @@ class Hub:
             if found is not None:
                 return found
             if not create and swarm not in await reading.swarm_names(self.client):
-                raise errors.NotFound("swarm_not_found", "no such swarm")
+                # The name passed `is_name`: safe to repeat, and what the caller needs to see.
+                raise errors.NotFound("swarm_not_found", f"no such swarm: {swarm}")
             recovery = self._new(swarm)
             self._recoveries[swarm] = recovery
             self._loops[swarm] = asyncio.create_task(
