@@ -40,8 +40,8 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
-from services.cli import addresses, rendering
-from services.common import rpc
+from services.cli import rendering
+from services.common import addresses, rpc
 
 DEFAULT_CONTROL_ADDR = "127.0.0.1:50051"
 IDLE_S = 1.0

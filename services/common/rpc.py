@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common import errors, logs, redis_link, tokens
+from services.common import addresses, errors, logs, redis_link, tokens
 
 REASON_KEY = "agentihooks-reason"
 log = logging.getLogger("services.rpc")
@@ -201,26 +201,18 @@ class ListenError(OSError):
         )
 
 
-def split_address(listen: str) -> tuple[str, int]:
-    """HOST and PORT of `listen` (HOST:PORT, an IPv6 host in brackets)."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"the address must be HOST:PORT, not {listen!r}")
-    return host.removeprefix("[").removesuffix("]"), int(port)
-
-
 def bind_refusal(listen: str) -> ListenError:
     """Why `listen` cannot be bound, found by binding it the way the servers do (no
     SO_REUSEPORT): gRPC's own error does not say."""
     try:
-        host, port = split_address(listen)
+        host, port = addresses.parse(listen, listening=True)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
     except OSError as exc:
         return ListenError.of(listen, exc)
-    except ValueError as exc:
+    except addresses.Malformed as exc:
         return ListenError(listen, str(exc))
     return ListenError(listen, "the address could not be bound")
 

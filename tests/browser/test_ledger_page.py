@@ -23,6 +23,14 @@ POLL_WAIT_MS = 8_000
 HOSTILE = '<b id="injected">bold</b> & <img src=x onerror="window.pwned=1">'
 
 
+async def confirm(page: Page, question: str) -> None:
+    """Answer the confirmation a choice asks for (issue 20 part 5: nothing is sent before)."""
+    dialog = page.get_by_test_id("confirm")
+    await expect(dialog.get_by_test_id("confirm-text")).to_have_text(question)
+    await dialog.get_by_role("button", name="Send decision").click()
+    await expect(dialog).to_be_hidden()
+
+
 async def sign_in(page: Page, url: str, token: str) -> None:
     await page.goto(f"{url}/swarms/{SWARM}/ledger")
     await expect(page.get_by_test_id("token-form")).to_be_visible()
@@ -71,6 +79,7 @@ async def test_operator_resumes_natively_and_starts_another_seat_fresh(
         assert stored == api.OPERATOR_TOKEN
 
         await resume.click()
+        await confirm(page, "Resume native for seat eng-1?")
         await expect(native.get_by_test_id("card-message")).to_have_text(
             "Accepted: resume \u2192 native from ckpt-7 at record 412; "
             f"replacement {second('eng-1')} (generation 2)"
@@ -88,6 +97,7 @@ async def test_operator_resumes_natively_and_starts_another_seat_fresh(
         )
 
         await fresh.click()
+        await confirm(page, "Fresh for seat eng-3?")
         await expect(bare.get_by_test_id("card-message")).to_have_text(
             f"Accepted: fresh \u2192 fresh; replacement {second('eng-3')} (generation 2)"
         )
@@ -123,10 +133,7 @@ async def test_operator_resumes_natively_and_starts_another_seat_fresh(
         assert await page.locator("img").count() == 0
         assert await page.evaluate("() => window.pwned === undefined")
 
-        shot = tmp_path / "ledger.png"
-        await page.screenshot(path=str(shot), full_page=True)
-    data = shot.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 1000
+        await browser.screenshot(page, tmp_path / "ledger.png")
 
 
 async def test_a_master_chooses_as_its_agent_and_refusals_show_in_the_card(
@@ -160,12 +167,14 @@ async def test_a_master_chooses_as_its_agent_and_refusals_show_in_the_card(
         await agent.fill("master@example-2")
         bare = page.get_by_test_id("card-eng-3")
         await bare.get_by_role("button", name="Fresh", exact=True).click()
+        await confirm(page, "Fresh for seat eng-3?")
         await expect(bare.get_by_test_id("card-message")).to_have_text("Refused: forbidden_scope")
         await expect(bare.get_by_test_id("card-decision")).to_have_text("awaiting decision")
         await expect(bare.get_by_role("button", name="Fresh", exact=True)).to_be_enabled()
 
         await agent.fill("master@example-1")
         await button.click()
+        await confirm(page, "Continue from context for seat eng-2?")
         await expect(context.get_by_test_id("card-message")).to_have_text(
             "Accepted: resume \u2192 reconstructed from ckpt-3 at record 300; "
             f"replacement {second('eng-2')} (generation 2)"
@@ -185,6 +194,7 @@ async def test_a_master_chooses_as_its_agent_and_refusals_show_in_the_card(
             first("eng-1"), records.Choice.FRESH, None, records.Operator()
         )
         await resume.click()
+        await confirm(page, "Resume native for seat eng-1?")
         await expect(native.get_by_test_id("card-message")).to_have_text(
             f"Refused: {api.NOT_PENDING}"
         )

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import logging
 import os
+import urllib.parse
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -513,7 +514,104 @@ async def test_an_unexpected_failure_is_500_logged_by_type_only(
     assert "secret-value-in-message" not in caplog.text
 
 
+# The pause switch.
+
+
+@pytest.mark.parametrize(
+    ("who", "expected"),
+    [("operator", 200), ("master", 403), ("worker", 403), ("nobody", 401)],
+)
+async def test_only_the_operator_unpauses(
+    served: Served, http: aiohttp.ClientSession, who: str, expected: int
+) -> None:
+    """Issue 20 part 5: `POST /v1/swarms/{swarm}/unpause` clears the swarm's recovery-paused
+    key (spec, Rollback) for the operator only; anyone else gets the refusal `UnpauseRecovery`
+    gives, forbidden_scope, and the swarm stays paused. (The worker is a live replacement:
+    a fenced attempt's credential is refused before any route.)"""
+    status, answer = await post_decision(http, served, first("eng-3"), {"choice": "fresh"})
+    assert status == 200, answer
+    await (await served.recovery()).pause()
+    token = {
+        "operator": OPERATOR_TOKEN,
+        "master": harness.MASTER_SECRET,
+        "worker": await served.worker_token(second("eng-3")),
+        "nobody": None,
+    }[who]
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with http.post(f"{served.url}/v1/swarms/{SWARM}/unpause", headers=headers) as r:
+        status, body = r.status, await r.json()
+    assert status == expected, body
+    if expected == 200:
+        assert body == {"swarm": SWARM, "paused": False}
+    elif expected == 403:
+        assert body == {"reason": "forbidden_scope", "message": "forbidden_scope"}
+    assert await reading.paused(served.hub.client, SWARM) is (expected != 200)
+
+
+async def test_unpause_checks_the_credential_before_the_swarm_it_names(
+    served: Served, http: aiohttp.ClientSession
+) -> None:
+    """The credential first, then the swarm named: without one, an unknown swarm is 401 like a
+    known one; with the operator's, unknown is 404 and a name that cannot be a swarm 400."""
+    for name in (SWARM, "nowhere"):
+        async with http.post(f"{served.url}/v1/swarms/{name}/unpause") as response:
+            assert response.status == 401
+    for name, expected in (("nowhere", 404), ("No_Such", 400)):
+        async with http.post(
+            f"{served.url}/v1/swarms/{name}/unpause",
+            headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+        ) as response:
+            assert response.status == expected
+
+
 # Observing recovery.
+
+
+async def test_the_swarm_panel_counts_each_swarm_the_caller_may_read(
+    served: Served, http: aiohttp.ClientSession
+) -> None:
+    """Spec: "The ledger, swarm status and the swarm panel show that kind" (the continuity).
+    `GET /v1/swarms`: every swarm (for the operator) with its seats counted by state and by
+    continuity (native, reconstructed, fresh, pending), paused or not."""
+    status, answer = await post_decision(http, served, first("eng-1"), {"choice": "resume"})
+    assert status == 200, answer
+    recovery = await served.recovery()
+    await recovery.pause()
+    replacement = harness.Harness(served.hub.client, served.runtime, served.checkpoints, recovery)
+    await recovery.report_restore(
+        await replacement.worker(second("eng-1")),
+        recovery=directives.Continuity.NATIVE,
+        checkpoint_id="ckpt-7",
+        session_id="sess-1",
+        watermark=412,
+    )
+    status, body = await get(http, f"{served.url}/v1/swarms")
+    assert status == 200, body
+    assert body == {
+        "caller": "operator",
+        "swarms": [
+            {
+                "swarm": SWARM,
+                "paused": True,
+                "seats": 3,
+                "states": {
+                    "running": 1,
+                    "fenced": 0,
+                    "awaiting_decision": 2,
+                    "replacing": 0,
+                    "restore_refused": 0,
+                },
+                "continuity": {"native": 1, "reconstructed": 0, "fresh": 0, "pending": 2},
+            }
+        ],
+    }
+    # A master reads its own swarm; a (live) worker's credential reads none; none is 401.
+    status, body = await get(http, f"{served.url}/v1/swarms", harness.MASTER_SECRET)
+    assert status == 200 and body["caller"] == "master"
+    assert [row["swarm"] for row in body["swarms"]] == [SWARM]
+    worker = await served.worker_token(second("eng-1"))
+    assert (await get(http, f"{served.url}/v1/swarms", worker))[0] == 403
+    assert (await get(http, f"{served.url}/v1/swarms", None))[0] == 401
 
 
 async def test_status_lists_tasks_seats_and_handoff_cards(
@@ -528,21 +626,26 @@ async def test_status_lists_tasks_seats_and_handoff_cards(
         "swarm",
         "paused",
         "runtime",
+        "caller",
         "tasks",
         "seats",
         "handoffs",
         "restore_outcomes_by_type",
     }
     assert (body["swarm"], body["paused"], body["runtime"]) == (SWARM, False, "local")
+    assert body["caller"] == "operator"
     assert [t["awaiting"] for t in body["tasks"]] == [records.RECOVERY_PENDING] * 3
     assert set(body["tasks"][0]) == {"task_id", "seat", "text", "awaiting", "recovery"}
     assert [s["seat"] for s in body["seats"]] == list(SEATS)
     assert set(body["seats"][0]) == {"seat", "execution_id", "generation", "state"}
     cards = {c["seat"]: c for c in body["handoffs"]}
+    fence = await reading.fence(served.hub.client, SWARM, first("eng-1"))
+    assert fence is not None
     assert cards["eng-1"] == {
         "seat": "eng-1",
         "execution_id": first("eng-1"),
         "failure": "oom_killed",
+        "fenced_at": fence.fenced_at,
         "reason": NATIVE_REASON,
         "checkpoint": "ckpt-7",
         "resume_available": True,
@@ -614,6 +717,8 @@ async def test_status_is_for_the_operator_and_masters(
     assert status == expected, body
     if expected == 403:
         assert body == {"reason": "forbidden_scope", "message": "forbidden_scope"}
+    if expected == 200:
+        assert body["caller"] == who
 
 
 async def test_status_of_an_unknown_or_malformed_swarm(
@@ -638,8 +743,8 @@ async def test_a_replica_without_the_lease_serves_and_refuses_what_it_cannot_for
     served: Served, http: aiohttp.ClientSession
 ) -> None:
     """A replica that does not hold the swarm's lease is ready (it serves every call) and
-    serves reads; a decision it cannot forward (the holder advertised no address) is refused
-    with 503 `not_leader` and nothing is written."""
+    serves reads; a decision or an unpause it cannot forward (the holder advertised no
+    address) is refused with 503 `not_leader` and nothing is written."""
     standby = new_hub(served.hub.client, served.runtime, served.checkpoints, holder="standby")
     try:
         await standby.recovery(SWARM)
@@ -655,6 +760,12 @@ async def test_a_replica_without_the_lease_serves_and_refuses_what_it_cannot_for
                 http, on_standby, first("eng-1"), {"choice": "resume"}
             )
             assert (status, body["reason"]) == (503, "not_leader")
+            async with http.post(
+                f"{url}/v1/swarms/{SWARM}/unpause",
+                headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+            ) as response:
+                assert response.status == 503
+                assert (await response.json())["reason"] == "not_leader"
             assert await snapshot(served.hub.client) == before
             assert second("eng-1") not in served.runtime.specs
             status, read = await get(http, f"{url}/v1/swarms/{SWARM}/status")
@@ -683,29 +794,52 @@ async def test_a_started_hub_is_ready_once_it_has_joined_its_peers_with_no_swarm
 # Pages.
 
 
-async def test_index_links_each_swarm_ledger(served: Served, http: aiohttp.ClientSession) -> None:
-    """The index page links each applied swarm's ledger page."""
-    async with http.get(f"{served.url}/") as response:
-        assert response.status == 200
-        assert response.content_type == "text/html"
-        text = await response.text()
-    assert f'href="/swarms/{SWARM}/ledger"' in text
-
-
-async def test_ledger_page_is_served_under_a_strict_policy(
-    served: Served, http: aiohttp.ClientSession
+@pytest.mark.parametrize(
+    ("path", "marker"),
+    [("/", "Swarm panel"), (f"/swarms/{SWARM}/ledger", "Handoff outcomes")],
+    ids=["panel", "ledger"],
+)
+async def test_pages_are_served_under_a_strict_policy_and_hold_no_swarm_data(
+    served: Served, http: aiohttp.ClientSession, path: str, marker: str
 ) -> None:
-    """The ledger page needs no external asset: its policy allows only its own inline script
-    and style and calls to this origin; an unknown swarm's page is 404."""
-    async with http.get(f"{served.url}/swarms/{SWARM}/ledger") as response:
+    """The swarm panel (`/`) and the ledger page need no external asset: each policy allows
+    only the page's own inline script and style and calls to this origin. Issue 20 part 5: the
+    panel needs the credential too: served without one, a page names no swarm and holds no
+    data (it reads `/v1/` with the tab's credential)."""
+    async with http.get(f"{served.url}{path}") as response:
         assert response.status == 200 and response.content_type == "text/html"
         policy = response.headers["Content-Security-Policy"]
         text = await response.text()
-    assert "Handoff outcomes" in text and "innerHTML" not in text
+    assert marker in text and "innerHTML" not in text and "@include" not in text
+    assert "AGENTIHOOKS_OPERATOR_TOKEN" in text  # the sign-in prompt says where to get it
+    assert f">{SWARM}<" not in text and "eng-1" not in text
     assert "default-src 'none'" in policy and "connect-src 'self'" in policy
+    assert "script-src 'sha256-" in policy and "style-src 'sha256-" in policy
     assert "unsafe-inline" not in policy
-    async with http.get(f"{served.url}/swarms/nowhere/ledger") as response:
-        assert response.status == 404
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("nowhere", "nowhere"),
+        ("No_Such", "No_Such"),
+        ('<img src=x onerror="alert(1)">', "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;"),
+    ],
+    ids=["unknown", "not-a-name", "markup"],
+)
+async def test_an_unknown_swarm_ledger_is_a_readable_404_page(
+    served: Served, http: aiohttp.ClientSession, name: str, shown: str
+) -> None:
+    """Issue 20 part 5: an unknown swarm's ledger "must answer a readable page (404) that says
+    no swarm named that exists and links back to the panel. Escape any echoed name"."""
+    quoted = urllib.parse.quote(name, safe="")
+    async with http.get(f"{served.url}/swarms/{quoted}/ledger") as response:
+        assert response.status == 404 and response.content_type == "text/html"
+        policy = response.headers["Content-Security-Policy"]
+        text = await response.text()
+    assert "No swarm named <span" in text and f">{shown}</span> exists" in text
+    assert '<a href="/" data-testid="panel-link">Back to the swarm panel</a>' in text
+    assert "<img" not in text and "script-src" not in policy
 
 
 def test_refusal_kinds_map_to_one_status_each() -> None:

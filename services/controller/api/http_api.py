@@ -1,4 +1,5 @@
-"""The controller's HTTP API: restore decisions, swarm status, metrics, health and the ledger page.
+"""The controller's HTTP API: restore decisions, the pause switch, swarm status, metrics, health,
+and the pages (the swarm panel and each swarm's ledger; see `pages`).
 
 This layer only translates: it reads a bearer credential and a JSON body, asks the hub who the
 caller is, calls the swarm's `Recovery`, and writes JSON. Refusals become HTTP statuses in one
@@ -8,23 +9,19 @@ because an exception's message may hold values that must never reach a caller or
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import html
-import importlib.resources
+import collections
 import json
 import logging
-import re
-import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 import aiohttp
 from aiohttp import web
 
-from services.common import errors, logs, rpc, tokens
+from services.common import addresses, directives, errors, logs, rpc, tokens
 from services.controller import hub as controller_hub
 from services.controller import metrics, recovering
+from services.controller.api import pages
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.http")
@@ -115,17 +112,19 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
     looked at: no credential and a forged one get the same answer whatever the call names
     (an unknown execution is not told apart from a known one)."""
     if request.path.startswith(AUTHENTICATED_PREFIX):
-        token = tokens.bearer({"authorization": request.headers.get("Authorization", "")})
-        await request.app[HUB].principal(token, None)
+        await request.app[HUB].principal(_token(request), None)
     return await handler(request)
 
 
 # Callers and bodies.
 
 
+def _token(request: web.Request) -> str | None:
+    return tokens.bearer({"authorization": request.headers.get("Authorization", "")})
+
+
 async def _caller(request: web.Request, swarm: str | None) -> records.Principal:
-    token = tokens.bearer({"authorization": request.headers.get("Authorization", "")})
-    return await request.app[HUB].principal(token, swarm)
+    return await request.app[HUB].principal(_token(request), swarm)
 
 
 def _may_read(caller: records.Principal, swarm: str) -> bool:
@@ -224,13 +223,25 @@ async def _forward(request: web.Request, swarm: str) -> web.Response:
         ) from None
 
 
-def status_json(status: reading.SwarmStatus, runtime: str) -> dict[str, Any]:
+def _role(caller: records.Principal) -> str:
+    """Who the caller is, as the pages need to know it: what it may do follows from it."""
+    if isinstance(caller, records.Operator):
+        return "operator"
+    return "master" if isinstance(caller, records.Master) else "worker"
+
+
+def status_json(
+    status: reading.SwarmStatus, runtime: str, caller: records.Principal
+) -> dict[str, Any]:
     """The status in the shape of `agentihooks swarm NAME status --json`, plus each card's
-    restore refusal (the reason a replacement's restore stopped, if it did)."""
+    fence time and restore refusal (the reason a replacement's restore stopped, if it did),
+    and who the caller is (`operator` or `master`: the ledger offers unpausing to the
+    operator only)."""
     return {
         "swarm": status.swarm,
         "paused": status.paused,
         "runtime": runtime,
+        "caller": _role(caller),
         "tasks": [
             {
                 "task_id": t.task_id,
@@ -255,6 +266,7 @@ def status_json(status: reading.SwarmStatus, runtime: str) -> dict[str, Any]:
                 "seat": c.seat,
                 "execution_id": c.execution_id,
                 "failure": c.failure,
+                "fenced_at": c.fenced_at,
                 "reason": c.reason,
                 "checkpoint": c.checkpoint or None,
                 "resume_available": c.resume_available,
@@ -278,7 +290,67 @@ async def swarm_status(request: web.Request) -> web.Response:
         raise errors.ForbiddenScope()
     hub = request.app[HUB]
     status = await (await hub.recovery(swarm)).status()
-    return _json(status_json(status, hub.runtime_name))
+    return _json(status_json(status, hub.runtime_name, caller))
+
+
+CONTINUITY_COUNTED: Final = (
+    *(c.value for c in directives.Continuity),
+    reading.PENDING_CONTINUITY,
+)
+"""What the swarm panel counts seats by: each fenced seat's card's continuity."""
+
+
+def panel_row(status: reading.SwarmStatus) -> dict[str, Any]:
+    """A swarm in the swarm panel: paused or not, its seats counted by state, and by the
+    continuity their card shows (native, reconstructed, fresh, or pending until the
+    replacement reports; a seat never fenced has no card and is not counted there)."""
+    states = collections.Counter(s.state.value for s in status.seats)
+    continuity = collections.Counter(c.continuity for c in status.handoffs)
+    return {
+        "swarm": status.swarm,
+        "paused": status.paused,
+        "seats": len(status.seats),
+        "states": {state.value: states[state.value] for state in records.SeatState},
+        "continuity": {kind: continuity[kind] for kind in CONTINUITY_COUNTED},
+    }
+
+
+async def swarm_panel(request: web.Request) -> web.Response:
+    """`GET /v1/swarms`: the swarm panel's data: every swarm the caller may read (each one for
+    the operator, its own for a master) with its seats counted (`panel_row`)."""
+    hub = request.app[HUB]
+    caller = await _caller(request, None)
+    if not isinstance(caller, records.Operator | records.Master):
+        raise errors.ForbiddenScope()
+    rows = []
+    for name in await reading.swarm_names(hub.client):
+        if not keys.is_name(name):
+            continue
+        # A master reads the swarms its credential is registered in, each one looked up
+        # among that swarm's own masters.
+        if isinstance(caller, records.Operator) or (
+            await reading.master_for_token(hub.client, name, _token(request)) is not None
+        ):
+            rows.append(panel_row(await (await hub.recovery(name)).status()))
+    return _json({"caller": _role(caller), "swarms": rows})
+
+
+async def unpause(request: web.Request) -> web.Response:
+    """`POST /v1/swarms/{swarm}/unpause`: clear the swarm's recovery-paused switch, as
+    `UnpauseRecovery` does and for the operator only (anyone else: forbidden_scope). The
+    credential is checked first, then the swarm named, then the switch is written (by the
+    lease holder: forwarded to it when this replica does not hold the lease)."""
+    swarm = request.match_info["swarm"]
+    caller = await _caller(request, swarm)
+    if not isinstance(caller, records.Operator):
+        raise errors.ForbiddenScope()
+    recovery = await request.app[HUB].recovery(swarm)
+    try:
+        await recovery.unpause()
+    except scripting.LeaseLost:
+        return await _forward(request, swarm)
+    logs.event(log, "recovery_unpaused", swarm=swarm)
+    return _json({"swarm": swarm, "paused": await recovery.paused()})
 
 
 async def render_metrics(request: web.Request) -> web.Response:
@@ -305,61 +377,20 @@ async def readyz(request: web.Request) -> web.Response:
 # Pages.
 
 
-def _hash_of(pattern: str, page: str) -> str:
-    found = re.search(pattern, page, re.DOTALL)
-    if found is None:
-        raise RuntimeError("the ledger page lost its inline block")
-    digest = hashlib.sha256(found.group(1).encode()).digest()
-    return "'sha256-" + base64.b64encode(digest).decode() + "'"
-
-
-def _page() -> tuple[bytes, str]:
-    """The ledger page and a CSP that allows exactly its own inline script and style."""
-    page = importlib.resources.files(__package__).joinpath("ledger.html").read_text()
-    script = _hash_of(r"<script>(.*?)</script>", page)
-    style = _hash_of(r"<style>(.*?)</style>", page)
-    policy = (
-        f"default-src 'none'; script-src {script}; style-src {style}; connect-src 'self'; "
-        "img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
-    )
-    return page.encode(), policy
-
-
-LEDGER_PAGE, LEDGER_POLICY = _page()
-INDEX_POLICY: Final = "default-src 'none'; img-src data:; base-uri 'none'; frame-ancestors 'none'"
-_PAGE_HEADERS: Final = {**_NO_STORE, "Referrer-Policy": "no-referrer", "X-Frame-Options": "DENY"}
-
-
-def _html(body: bytes, policy: str, status: int = 200) -> web.Response:
-    headers = {**_PAGE_HEADERS, "Content-Security-Policy": policy}
-    return web.Response(
-        body=body, status=status, content_type="text/html", charset="utf-8", headers=headers
-    )
-
-
 async def index(request: web.Request) -> web.Response:
-    """`GET /`: a link to each applied swarm's ledger page."""
-    names = await reading.swarm_names(request.app[HUB].client)
-    items = "".join(
-        f'<li><a href="/swarms/{urllib.parse.quote(n)}/ledger">{html.escape(n)}</a></li>'
-        for n in names
-        if keys.is_name(n)
-    )
-    listing = f"<ul>{items}</ul>" if items else "<p>No swarm has been applied yet.</p>"
-    page = (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        '<link rel="icon" href="data:,"><title>agentihooks controller</title></head>'
-        f"<body><h1>Swarm ledgers</h1>{listing}</body></html>"
-    )
-    return _html(page.encode(), INDEX_POLICY)
+    """`GET /`: the swarm panel (its data comes from `GET /v1/swarms`, with the tab's
+    credential: the page itself names no swarm)."""
+    return pages.PANEL.response()
 
 
 async def ledger(request: web.Request) -> web.Response:
-    """`GET /swarms/{swarm}/ledger`: the ledger page (its data comes from the status route)."""
+    """`GET /swarms/{swarm}/ledger`: the ledger page (its data comes from the status route);
+    for a swarm that does not exist, a readable 404 page that says so and links back to the
+    panel."""
     swarm = request.match_info["swarm"]
     if not keys.is_name(swarm) or swarm not in await reading.swarm_names(request.app[HUB].client):
-        raise errors.NotFound("swarm_not_found", "no such swarm")
-    return _html(LEDGER_PAGE, LEDGER_POLICY)
+        return pages.missing_swarm(swarm)
+    return pages.LEDGER.response()
 
 
 # Serving.
@@ -370,7 +401,9 @@ def make_app(hub: controller_hub.Hub) -> web.Application:
     app = web.Application(middlewares=[_errors, _authenticated], client_max_size=MAX_BODY_BYTES)
     app[HUB] = hub
     app.router.add_post("/v1/executions/{execution}/restore-decision", restore_decision)
+    app.router.add_get("/v1/swarms", swarm_panel)
     app.router.add_get("/v1/swarms/{swarm}/status", swarm_status)
+    app.router.add_post("/v1/swarms/{swarm}/unpause", unpause)
     app.router.add_get("/metrics", render_metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -385,7 +418,13 @@ async def start_http(hub: controller_hub.Hub, listen: str) -> tuple[web.AppRunne
     Returns:
         The runner (call `await runner.cleanup()` to stop) and the port it listens on.
     """
-    host, port = rpc.split_address(listen)
+    try:
+        host, port = addresses.parse(listen, listening=True)
+    except addresses.Malformed as exc:
+        shown = addresses.shown(listen)
+        raise addresses.Malformed(
+            f"the HTTP address must be HOST:PORT, not {shown}: {exc}"
+        ) from None
     runner = web.AppRunner(make_app(hub), handle_signals=False)
     await runner.setup()
     try:

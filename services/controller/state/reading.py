@@ -294,6 +294,8 @@ class Card:
     seat: str
     execution_id: str
     failure: str
+    fenced_at: str
+    """When the controller fenced the attempt (RFC 3339, UTC): the failure's time as recorded."""
     reason: str
     checkpoint: str
     resume_available: bool
@@ -371,6 +373,7 @@ async def card(
         seat=at.seat,
         execution_id=fenced.execution_id,
         failure=fenced.reason,
+        fenced_at=fenced.fenced_at,
         reason=view.reason,
         checkpoint=view.checkpoint,
         resume_available=view.resume_available,

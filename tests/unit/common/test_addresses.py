@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.cli import addresses
+from services.common import addresses
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,9 @@
-"""The controller address the CLI dials, checked before any connection is tried (pure).
+"""HOST:PORT addresses, checked before any connection or bind is tried (pure).
 
 gRPC takes almost any string as a target (`http://…` resolves as a host name, a missing port
 becomes 443), so a mistyped address would only surface as "unavailable" after a connection
-attempt. The CLI accepts HOST:PORT only and says what is wrong with anything else.
+attempt. The CLI, the settings loader and the servers accept HOST:PORT only and say what is
+wrong with anything else.
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ class Malformed(ValueError):
     """A value that is not HOST:PORT; the message says why and never repeats the value."""
 
 
-def parse(value: str) -> tuple[str, int]:
+def parse(value: str, *, listening: bool = False) -> tuple[str, int]:
     """Split HOST:PORT (an IPv6 host in brackets: `[::1]:50051`) into host and port.
 
+    Args:
+        value: The address.
+        listening: An address to listen on, where port 0 means any free port.
+
     Raises:
-        Malformed: a scheme or other prefix, no port, a port outside 1-65535 or a host that
-            is neither a host name nor an IP address.
+        Malformed: a scheme or other prefix, no port, a port outside 1-65535 (0-65535 when
+            listening) or a host that is neither a host name nor an IP address.
     """
     if "://" in value:
         raise Malformed("leave out the scheme (no http:// or grpc://)")
@@ -49,8 +54,9 @@ def parse(value: str) -> tuple[str, int]:
             raise Malformed("leave out any prefix: the only ':' comes before the port")
         if not _is_host(host):
             raise Malformed("the host is not a host name or an IP address")
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise Malformed("the port must be a number from 1 to 65535")
+    lowest = 0 if listening else 1
+    if not (port.isascii() and port.isdigit()) or not lowest <= int(port) <= 65535:
+        raise Malformed(f"the port must be a number from {lowest} to 65535")
     return host, int(port)
 
 
