@@ -131,9 +131,12 @@ async def report_capture(
     native_session_id: str | None,
     archive_watermark: int | None,
     checkpoint_id: str | None = None,
+    final: bool = False,
 ) -> None:
     """Record a running attempt's native session id and archive watermark (`ReportCapture`),
-    which a later fence copies. A fenced attempt's report is refused and nothing is stored.
+    which a later fence copies; a `final` report (the sidecar's last, once the worker stopped)
+    lets that fence name no lost tail. A fenced attempt's report is refused and nothing is
+    stored.
 
     Raises:
         errors.ForbiddenScope: not the current, unfenced attempt's own credential.
@@ -149,6 +152,7 @@ async def report_capture(
         native_session_id,
         archive_watermark,
         checkpoint_id,
+        final,
     )
     if status != "captured":
         raise errors.ForbiddenScope()

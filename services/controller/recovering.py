@@ -1018,6 +1018,7 @@ class Recovery:
         native_session_id: str | None,
         archive_watermark: int | None,
         checkpoint_id: str | None = None,
+        final: bool = False,
     ) -> None:
         """Record a running attempt's session and watermark (see `outcomes.report_capture`)."""
         await outcomes.report_capture(
@@ -1026,6 +1027,7 @@ class Recovery:
             native_session_id=native_session_id,
             archive_watermark=archive_watermark,
             checkpoint_id=checkpoint_id,
+            final=final,
         )
 
     async def launch_record(self, caller: records.Principal) -> replacing.LaunchRecord:

@@ -370,6 +370,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
                 native_session_id=request.native_session_id or None,
                 archive_watermark=request.archive_watermark if request.archive_watermark else None,
                 checkpoint_id=request.checkpoint_id or None,
+                final=request.final,
             ),
         )
         return pb.ReportCaptureResponse()

@@ -35,6 +35,7 @@ class ContainerStateTerminated(TypedDict, total=False):
     exitCode: int
     reason: str
     signal: int
+    finishedAt: str
 
 
 class ContainerStateWaiting(TypedDict, total=False):
@@ -212,6 +213,40 @@ def is_terminal(pod: Pod) -> bool:
     return bool(containers) and all(
         "terminated" in (s.get("state") or {}) for s in _statuses(status)
     )
+
+
+def final_capture_deadline(pod: Pod, wait: timedelta) -> datetime | None:
+    """Until when a fence waits for the restorer's final capture, or None when it need not.
+
+    The worker container terminated (exited, crashed or OOM-killed) while the restorer sidecar
+    still runs: the sidecar is taking its final capture of everything the worker completed, and
+    a fence before its report would name a lost tail that is in fact archived. The wait is
+    bounded by `wait` after the worker's termination, so a sidecar that never reports delays
+    the fence by that much at most.
+
+    Args:
+        pod: The Pod as the API server returned it.
+        wait: How long after the worker's termination the fence waits at most.
+
+    Returns:
+        The worker's termination time plus `wait`, or None when the worker still runs, has no
+        termination time, or no restorer sidecar runs beside it.
+    """
+    status = pod.get("status") or {}
+    terminated = (_worker_status(status).get("state") or {}).get("terminated")
+    if terminated is None or not terminated.get("finishedAt"):
+        return None
+    restorer = next(
+        (
+            s
+            for s in status.get("initContainerStatuses") or ()
+            if s.get("name") == RESTORER_CONTAINER
+        ),
+        None,
+    )
+    if restorer is None or "running" not in (restorer.get("state") or {}):
+        return None
+    return _timestamp(str(terminated["finishedAt"])) + wait
 
 
 def _statuses(status: PodStatus) -> Iterable[ContainerStatus]:

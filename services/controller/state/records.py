@@ -22,6 +22,9 @@ RECOVERY_PENDING = "recovery_pending"
 """The awaiting value of a task while its recovery is open, and a pending decision's state."""
 
 LOST_LENGTH = "unknown"
+"""The fence's lost tail when the attempt was lost without a final capture (the spec's case)."""
+NO_LOST_TAIL = "none"
+"""The fence's lost tail after the sidecar's final capture: nothing completed is unarchived."""
 """Nobody can count transcript that was never archived."""
 
 
@@ -334,11 +337,15 @@ class Fence:
     task_id: str
     task_generation: int
     releases: tuple[Release, ...]
+    final_capture: bool = False
+    """The sidecar's final capture was reported before the fence: no lost tail."""
 
     @property
     def lost_tail(self) -> dict[str, Any]:
-        """Transcript after the watermark and not archived before the failure is lost."""
-        return {"after_watermark": self.archive_watermark, "length": LOST_LENGTH}
+        """Transcript after the watermark and not archived before the failure is lost: of
+        unknown length, or none after a final capture."""
+        length = NO_LOST_TAIL if self.final_capture else LOST_LENGTH
+        return {"after_watermark": self.archive_watermark, "length": length}
 
     @property
     def scope(self) -> AttemptScope:
@@ -376,6 +383,7 @@ class Fence:
             task_id=h["task_id"],
             task_generation=int(h["task_generation"]),
             releases=tuple(releases),
+            final_capture=h.get("lost_tail") == NO_LOST_TAIL,
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -383,8 +383,10 @@ class Writer:
         session_id: str | None,
         archive_watermark: int | None,
         checkpoint_id: str | None,
+        final: bool = False,
     ) -> str:
-        """Store a running attempt's capture report: `captured` or `forbidden`."""
+        """Store a running attempt's capture report (`final`: the sidecar's last, taken once
+        the worker stopped): `captured` or `forbidden`."""
         s = self.swarm
         reply = await self._run(
             "capture",
@@ -397,6 +399,7 @@ class Writer:
                 "" if archive_watermark is None else archive_watermark,
                 checkpoint_id or "",
                 self.now(),
+                "1" if final else "0",
             ],
         )
         return str(reply["status"])

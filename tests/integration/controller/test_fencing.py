@@ -39,6 +39,27 @@ async def test_fence_records_the_attempt_and_its_lost_tail(hx: h.Harness) -> Non
     assert j["lost_tail"] == {"after_watermark": 412, "length": "unknown"}
 
 
+async def test_a_fence_after_the_final_capture_names_no_lost_tail(hx: h.Harness) -> None:
+    """Issue 21: "The fence then states its lost tail truthfully: none after a final capture":
+    the sidecar's last report, taken once the worker stopped, is marked final; the fence keeps
+    its watermark and names no lost tail, in the record and in the fence event."""
+    e1 = first("eng-2")
+    worker = await hx.worker(e1)
+    await hx.recovery.report_capture(worker, native_session_id="sess-9", archive_watermark=412)
+    await hx.recovery.report_capture(
+        worker, native_session_id="sess-9", archive_watermark=415, final=True
+    )
+    hx.runtime.fail(e1, "oom_killed")
+    report = await hx.recovery.reconcile()
+    assert report.fenced == [e1]
+    fence = await reading.fence(hx.client, SWARM, e1)
+    assert fence is not None
+    assert fence.to_json()["lost_tail"] == {"after_watermark": 415, "length": "none"}
+    raw = await hx.client.xrange(keys.events(SWARM))
+    details = [json.loads(f[b"detail"]) for _, f in raw if f[b"kind"] == b"fence"]
+    assert details[-1]["lost_tail"] == {"after_watermark": 415, "length": "none"}
+
+
 async def test_a_second_fence_returns_the_first(hx: h.Harness) -> None:
     """Spec: a second fence for the same attempt returns the first."""
     e1 = first("eng-1")

@@ -262,3 +262,54 @@ def test_failure_reasons_are_the_specs_words() -> None:
         "application_exit",
     ]
     assert timedelta(minutes=2) == classifying.IMAGE_PULL_GRACE
+
+
+# --- the final capture ------------------------------------------------------------------------
+
+FINAL_WAIT = timedelta(seconds=10)
+
+
+def finished(code: int, reason: str, at: datetime) -> dict[str, Any]:
+    state = terminated(code, reason)
+    state["terminated"]["finishedAt"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return state
+
+
+@pytest.mark.parametrize(("code", "reason"), [(137, "OOMKilled"), (1, "Error"), (0, "Completed")])
+def test_a_worker_stopped_beside_a_running_sidecar_waits_for_its_final_capture(
+    code: int, reason: str
+) -> None:
+    """Issue 21: "The controller, seeing a worker container terminated while its sidecar runs,
+    waits a short bounded time for that final report before it fences": until the worker's
+    termination plus the wait."""
+    stopped = NOW - timedelta(seconds=3)
+    found = classifying.final_capture_deadline(
+        pod(worker=finished(code, reason, stopped)), FINAL_WAIT
+    )
+    assert found == stopped + FINAL_WAIT
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        pod(),  # the worker runs
+        pod(worker=terminated(137, "OOMKilled")),  # no termination time to count from
+        pod(  # the sidecar stopped too: it reported what it could, or died with the worker
+            worker=finished(137, "OOMKilled", NOW),
+            sidecar=finished(0, "Completed", NOW),
+        ),
+        pod(phase="Pending", worker=waiting("ContainerCreating"), sidecar=waiting("PodInit")),
+    ],
+)
+def test_nothing_to_wait_for_without_a_stopped_worker_and_a_running_sidecar(
+    given: classifying.Pod,
+) -> None:
+    """No wait when the worker runs, when its termination has no time, or when the sidecar
+    no longer runs (the Pod was killed whole, or the sidecar already ended)."""
+    assert classifying.final_capture_deadline(given, FINAL_WAIT) is None
+
+
+def test_a_pod_without_a_restorer_status_waits_for_nothing() -> None:
+    given = pod(worker=finished(1, "Error", NOW))
+    given["status"]["initContainerStatuses"] = []
+    assert classifying.final_capture_deadline(given, FINAL_WAIT) is None

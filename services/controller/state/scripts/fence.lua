@@ -28,7 +28,10 @@ local fence = {
   reason = ARGV[5], controller_epoch = EPOCH, fenced_at = ARGV[6],
   task_id = execution.task_id, task_generation = execution.task_generation,
 }
-local detail = {reason = ARGV[5], lost_tail = {length = 'unknown'}}
+-- After the sidecar's final capture nothing the worker completed is unarchived: no lost tail.
+local lost = execution.capture_final == '1' and 'none' or 'unknown'
+local detail = {reason = ARGV[5], lost_tail = {length = lost}}
+if lost == 'none' then fence.lost_tail = 'none' end
 if execution.native_session_id then
   fence.native_session_id = execution.native_session_id
   detail.native_session_id = execution.native_session_id

@@ -251,14 +251,16 @@ class RestoreReportAck(_message.Message):
     def __init__(self, outcome: _Optional[_Union[_types_pb2.RestoreOutcome, _Mapping]] = ..., repeated: _Optional[bool] = ...) -> None: ...
 
 class ReportCaptureRequest(_message.Message):
-    __slots__ = ("native_session_id", "archive_watermark", "checkpoint_id")
+    __slots__ = ("native_session_id", "archive_watermark", "checkpoint_id", "final")
     NATIVE_SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     ARCHIVE_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
     native_session_id: str
     archive_watermark: int
     checkpoint_id: str
-    def __init__(self, native_session_id: _Optional[str] = ..., archive_watermark: _Optional[int] = ..., checkpoint_id: _Optional[str] = ...) -> None: ...
+    final: bool
+    def __init__(self, native_session_id: _Optional[str] = ..., archive_watermark: _Optional[int] = ..., checkpoint_id: _Optional[str] = ..., final: _Optional[bool] = ...) -> None: ...
 
 class ReportCaptureResponse(_message.Message):
     __slots__ = ()
