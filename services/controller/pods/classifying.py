@@ -20,6 +20,10 @@ RESTORER_CONTAINER = "restorer"
 IMAGE_PULL_GRACE = timedelta(minutes=2)
 """A registry hiccup often heals on the kubelet's next retry, so image pulls get this long."""
 
+FINAL_CAPTURE_WAIT = timedelta(seconds=15)
+"""How long after the worker container stopped a fence waits while the restorer sidecar still
+runs: it is taking its final capture (the worker Pod template's grace period allows for it)."""
+
 
 class FailureReason(enum.StrEnum):
     """The spec's failure reasons, spelled as they appear in fences and on the JSON surfaces."""
@@ -134,7 +138,9 @@ def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> Failu
     """Name the failure of one worker attempt, or None while it is healthy (or succeeded).
 
     Container evidence comes first (an OOM kill is the cause even if the node vanished later),
-    then what the cluster did to the Pod, then what the node says, then image pulls.
+    then what the cluster did to the Pod, then what the node says, then image pulls. While the
+    worker has stopped and the restorer sidecar still runs (its final capture), for at most
+    `FINAL_CAPTURE_WAIT` after the worker stopped, there is no failure yet.
 
     Args:
         pod: The Pod as the API server returned it.
@@ -148,6 +154,11 @@ def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> Failu
     status = pod.get("status") or {}
     phase = status.get("phase")
     if phase == "Succeeded":
+        return None
+    final_capture = final_capture_deadline(pod, FINAL_CAPTURE_WAIT)
+    if final_capture is not None and now < final_capture:
+        # Not failed yet as far as a fence is concerned: the sidecar is archiving what the
+        # worker completed, and fencing now would record a lost tail that is not lost.
         return None
     worker = _worker_status(status)
     if _oom_killed(worker):
@@ -168,6 +179,17 @@ def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> Failu
     if deadline is not None and now >= deadline:
         return FailureReason.IMAGE_PULL
     return None
+
+
+def next_deadline(pod: Pod) -> datetime | None:
+    """When the Pod's classification may change with nothing about it changing: the image
+    pull grace or the final capture's wait running out (None: no such moment)."""
+    found = [
+        d
+        for d in (image_pull_deadline(pod), final_capture_deadline(pod, FINAL_CAPTURE_WAIT))
+        if d is not None
+    ]
+    return min(found, default=None)
 
 
 def image_pull_deadline(pod: Pod) -> datetime | None:

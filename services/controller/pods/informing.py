@@ -309,7 +309,7 @@ class Informer:
                 # The worker's own status proves it: no Node can change this reason.
                 for wake in self._wakes_of(swarm):
                     wake.failed(attempt)
-        deadline = classifying.image_pull_deadline(pod) if failure is None else None
+        deadline = classifying.next_deadline(pod) if failure is None else None
         if deadline is not None and self._deadlines.get(name) != deadline:
             # Nothing about the Pod may change when its grace runs out: wake then anyway.
             self._deadlines[name] = deadline

@@ -313,3 +313,18 @@ def test_a_pod_without_a_restorer_status_waits_for_nothing() -> None:
     given = pod(worker=finished(1, "Error", NOW))
     given["status"]["initContainerStatuses"] = []
     assert classifying.final_capture_deadline(given, FINAL_WAIT) is None
+
+
+def test_no_failure_is_named_while_the_sidecar_takes_its_final_capture() -> None:
+    """Issue 21: the fence waits for the final report, bounded: an OOM-killed worker beside a
+    running sidecar is no failure yet within the wait, `oom_killed` after it, and at once when
+    the sidecar stopped (it reported, or died)."""
+    stopped = NOW - timedelta(seconds=2)
+    waiting_pod = pod(worker=finished(137, "OOMKilled", stopped))
+    assert classifying.classify(waiting_pod, None, NOW) is None
+    deadline = stopped + classifying.FINAL_CAPTURE_WAIT
+    assert classifying.next_deadline(waiting_pod) == deadline
+    assert classifying.classify(waiting_pod, None, deadline) is Reason.OOM_KILLED
+    ended = pod(worker=finished(137, "OOMKilled", stopped), sidecar=finished(0, "Completed", NOW))
+    assert classifying.classify(ended, None, NOW) is Reason.OOM_KILLED
+    assert classifying.next_deadline(ended) is None
