@@ -11,10 +11,14 @@ import pathlib
 import sys
 from collections.abc import Mapping
 
+from services.common import addresses
+
 PREFIX = "AGENTIHOOKS_"
 DEFAULT_MAX_OBJECT_BYTES = 1 << 30  # 1 GiB: an object over this is refused as oversized.
 MIN_KEY_BYTES = 32
 DEFAULT_START_TIMEOUT_S = 60  # a rollout or a lease takeover leaves the controller away briefly
+DEFAULT_REDIS_WAIT_MS = 2_000  # how long an acknowledgement waits for the replicas
+MAX_REDIS_WAIT_MS = 10_000  # well within the CLI's deadlines (15 s) and the Redis read timeout
 
 
 class SettingsError(ValueError):
@@ -47,7 +51,13 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise SettingsError(f"{PREFIX}{name} must be true or false, not {value!r}")
 
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _int(
+    env: Mapping[str, str],
+    name: str,
+    default: int,
+    minimum: int = 1,
+    maximum: int | None = None,
+) -> int:
     value = _get(env, name)
     if value is None:
         return default
@@ -57,6 +67,8 @@ def _int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> i
         raise SettingsError(f"{PREFIX}{name} must be a whole number, not {value!r}") from None
     if parsed < minimum:
         raise SettingsError(f"{PREFIX}{name} must be at least {minimum}")
+    if maximum is not None and parsed > maximum:
+        raise SettingsError(f"{PREFIX}{name} must be at most {maximum}")
     return parsed
 
 
@@ -74,9 +86,12 @@ def _address(env: Mapping[str, str], name: str, default: str | None) -> str | No
     value = _get(env, name) or default
     if value is None:
         return None
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise SettingsError(f"{PREFIX}{name} must be HOST:PORT, not {value!r}")
+    try:
+        addresses.parse(value, listening=True)
+    except addresses.Malformed as exc:
+        raise SettingsError(
+            f"{PREFIX}{name} must be HOST:PORT, not {addresses.shown(value)}: {exc}"
+        ) from None
     return value
 
 
@@ -141,6 +156,34 @@ def load_store(env: Mapping[str, str]) -> StoreSettings:
 
 
 @dataclasses.dataclass(frozen=True)
+class RedisWait:
+    """How durable a write must be before the controller answers it accepted (a decision, a
+    pause, an outcome, an admission): on `replicas` replicas (Redis `WAIT`) and, with `aof`,
+    also fsynced to the append-only file of the master and of those replicas (`WAITAOF`,
+    Redis 7.2 or later), within `timeout_ms`. The default waits for nothing (one local Redis).
+    """
+
+    replicas: int = 0
+    aof: bool = False
+    timeout_ms: int = DEFAULT_REDIS_WAIT_MS
+
+    @property
+    def waits(self) -> bool:
+        """Whether an acknowledgement waits for anything at all."""
+        return self.replicas > 0 or self.aof
+
+
+def load_redis_wait(env: Mapping[str, str]) -> RedisWait:
+    """Read how durable an acknowledged write must be."""
+    timeout = _int(env, "REDIS_WAIT_TIMEOUT_MS", DEFAULT_REDIS_WAIT_MS, maximum=MAX_REDIS_WAIT_MS)
+    return RedisWait(
+        replicas=_int(env, "REDIS_WAIT_REPLICAS", 0, minimum=0),
+        aof=_bool(env, "REDIS_WAIT_AOF", False),
+        timeout_ms=timeout,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
 class ControllerSettings:
     """The controller."""
 
@@ -161,6 +204,7 @@ class ControllerSettings:
     entry_point: tuple[str, ...]
     worker_control_addr: str | None = None
     advertise_host: str | None = None
+    redis_wait: RedisWait = RedisWait()
 
 
 def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
@@ -221,6 +265,7 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         entry_point=_entry_point(env, runtime),
         worker_control_addr=_worker_control_addr(env, runtime),
         advertise_host=_get(env, "ADVERTISE_HOST"),
+        redis_wait=load_redis_wait(env),
     )
 
 

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from services.common import errors, logs, redis_link, revocations, tokens
+from services.common import errors, logs, redis_link, revocations, settings, tokens
 from services.controller import metrics, recovering, replacing, sharing
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records
@@ -59,6 +59,7 @@ class Hub:
         store_addr: The checkpoint-store address written into launch records.
         entry_point: The worker entry point put before each swarm's command.
         link: Whether Redis answers (one per process); the hub's own by default.
+        redis_wait: How durable a write must be before a call is answered accepted.
     """
 
     def __init__(
@@ -77,6 +78,7 @@ class Hub:
         entry_point: tuple[str, ...] = (),
         runtime_name: str = "local",
         link: redis_link.RedisLink | None = None,
+        redis_wait: settings.RedisWait | None = None,
     ) -> None:
         self.client = client
         self.link = link or redis_link.RedisLink(client)
@@ -91,6 +93,7 @@ class Hub:
         self._interval_s = pass_interval_s
         self._store_addr = store_addr
         self._entry_point = entry_point
+        self._redis_wait = redis_wait
         self._revoked = revocations.RedisRevocations(client)
         self._recoveries: dict[str, recovering.Recovery] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
@@ -128,6 +131,7 @@ class Hub:
             entry_point=self._entry_point,
             link=self.link,
             share=self.sharing,
+            redis_wait=self._redis_wait,
         )
 
     async def recovery(self, swarm: str, *, create: bool = False) -> recovering.Recovery:

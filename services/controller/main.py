@@ -21,6 +21,7 @@ from services.controller import hub as hubs
 from services.controller import replacing
 from services.controller.api import grpc_api, http_api
 from services.controller.pods import runtime as pods
+from services.controller.state import durable
 
 log = logging.getLogger("services.controller")
 
@@ -102,15 +103,74 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
         await runtime.aclose()
 
 
+class RedisWaitCheck:
+    """Refuses durability settings the Redis reached cannot give (`durable.check`, WAITAOF
+    before Redis 7.2): at start when Redis answers then, else when it first answers, which
+    stops the controller (`stopping`; `refused` says why)."""
+
+    def __init__(self, client: redis_link.Client, wait: settings.RedisWait) -> None:
+        self._client = client
+        self._wait = wait
+        self.checked = not wait.waits
+        self.refused: durable.Unsupported | None = None
+        self.stopping = asyncio.Event()
+
+    async def at_start(self) -> None:
+        """Check now if Redis answers within `redis_link.START_WAIT_S`.
+
+        Raises:
+            durable.Unsupported: the settings ask for what this Redis cannot give.
+        """
+        if self.checked:
+            return
+        try:
+            async with asyncio.timeout(redis_link.START_WAIT_S):
+                await durable.check(self._client, self._wait)
+        except TimeoutError:
+            return
+        except Exception as exc:
+            if redis_link.unreachable(exc):
+                return  # checked once Redis answers (`when_available`)
+            raise
+        self.checked = True
+
+    async def when_available(self, available: bool) -> None:
+        """A `RedisLink` subscriber: the check not done at start, done once Redis answers."""
+        if self.checked or not available:
+            return
+        try:
+            await durable.check(self._client, self._wait)
+        except durable.Unsupported as exc:
+            self.refused = exc
+            logs.event(log, "redis_wait_refused", logging.ERROR, reason=str(exc))
+            self.stopping.set()
+        except Exception as exc:
+            if not redis_link.unreachable(exc):
+                raise
+            return
+        self.checked = True
+
+
 async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None = None) -> None:
     """Run the controller until SIGTERM.
 
     Redis may be missing at start or go away later: the controller serves gRPC and HTTP all
     the same, reports NOT_SERVING and not ready meanwhile, logs one line per retry step and
     starts (or resumes) its work by itself once Redis answers.
+
+    Raises:
+        durable.Unsupported: `AGENTIHOOKS_REDIS_WAIT_AOF` on a Redis without WAITAOF (or its
+            append-only file), found at start or when Redis first answered.
     """
     client = redis_link.connect(conf.redis_url)
     link = redis_link.RedisLink(client)
+    wait_check = RedisWaitCheck(client, conf.redis_wait)
+    try:
+        await wait_check.at_start()
+    except BaseException:
+        await client.aclose()
+        raise
+    link.subscribe(wait_check.when_available)
     backend = backends.open_backend(
         str(conf.storage.checkpoint_root) if conf.storage.checkpoint_root else None,
         conf.storage.checkpoint_bucket,
@@ -132,6 +192,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 entry_point=conf.entry_point,
                 runtime_name=conf.runtime,
                 link=link,
+                redis_wait=conf.redis_wait,
             )
             service = grpc_api.RecoveryService(hub)
             # NOT_SERVING until Redis answers, and again whenever it (or, on Kubernetes, the
@@ -171,7 +232,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                     )
                     if ready is not None:
                         ready.set()
-                    await rpc.wait_for_termination(5.0, server)
+                    await rpc.wait_for_termination(5.0, server, stopping=wait_check.stopping)
                 finally:
                     await hub.stop()
                     await runner.cleanup()
@@ -185,6 +246,8 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
             await backend.aclose()
         await client.aclose()
     logs.event(log, "stopped", service="controller")
+    if wait_check.refused is not None:
+        raise wait_check.refused
 
 
 def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) -> None:
@@ -232,6 +295,9 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         return
     try:
         asyncio.run(serve(conf))
+    except durable.Unsupported as exc:
+        print(f"agentihooks-controller: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     except rpc.ListenError as exc:
         setting = (
             "--http or AGENTIHOOKS_HTTP_ADDR"

@@ -60,8 +60,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from services.common import directives, errors, logs, redis_link
+from services.common import directives, errors, logs, redis_link, settings
 from services.controller import (
+    acknowledging,
     deciding,
     decisions,
     outcomes,
@@ -72,7 +73,15 @@ from services.controller import (
 )
 from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
-from services.controller.state import keys, leasing, reading, records, scripting, writing
+from services.controller.state import (
+    durable,
+    keys,
+    leasing,
+    reading,
+    records,
+    scripting,
+    writing,
+)
 
 log = logging.getLogger("services.controller.recovery")
 
@@ -134,6 +143,8 @@ class Recovery:
         link: Whether Redis answers (shared by a process's swarms); its own by default.
         share: Which swarm leases this replica may take or keep, when controllers share the
             swarms (`sharing.Sharing`); None: it takes every lease it can.
+        redis_wait: How durable a write must be before a call is answered accepted (see
+            `acknowledging`); by default nothing is waited for.
     """
 
     def __init__(
@@ -153,8 +164,10 @@ class Recovery:
         clock: writing.Clock = time.time,
         link: redis_link.RedisLink | None = None,
         share: sharing.Sharing | None = None,
+        redis_wait: settings.RedisWait | None = None,
     ) -> None:
         self.client = client
+        self.durability = durable.Durability(client, redis_wait or settings.RedisWait())
         self.link = link or redis_link.RedisLink(client)
         self.share = share
         # Set when the runtime's backend (the Kubernetes API) answers again after it did not:
@@ -950,12 +963,15 @@ class Recovery:
 
     async def pause(self) -> None:
         """Set the swarm's recovery-paused key: failures are fenced and released but wait for
-        an explicit decision. The switch survives a controller restart."""
+        an explicit decision. The switch survives a controller restart. Returns once the
+        switch is durable (`acknowledging`)."""
         await self.writer.set_paused(True)
+        await acknowledging.paused(self.durability, self.swarm, True)
 
     async def unpause(self) -> None:
-        """Clear the swarm's recovery-paused key."""
+        """Clear the swarm's recovery-paused key (returns once that is durable)."""
         await self.writer.set_paused(False)
+        await acknowledging.paused(self.durability, self.swarm, False)
 
     async def paused(self) -> bool:
         return await reading.paused(self.client, self.swarm)
@@ -963,8 +979,12 @@ class Recovery:
     # Calls the API layer makes.
 
     async def apply_swarm(self, document: str | Mapping[str, Any]) -> swarms.Applied:
-        """Declare or update this swarm from a document (see `swarms.apply`)."""
-        return await swarms.apply(self.ctx, swarms.parse(document))
+        """Declare or update this swarm from a document (see `swarms.apply`); returns once the
+        admission is durable (`acknowledging`)."""
+        parsed = swarms.parse(document)
+        applied = await swarms.apply(self.ctx, parsed)
+        await acknowledging.admitted(self.durability, parsed)
+        return applied
 
     async def restore_decision(
         self,
@@ -973,8 +993,13 @@ class Recovery:
         agent: str | None,
         caller: records.Principal,
     ) -> decisions.Result:
-        """Choose resume or fresh now (see `decisions.restore_decision`)."""
-        return await decisions.restore_decision(self.ctx, execution_or_seat, choice, agent, caller)
+        """Choose resume or fresh now (see `decisions.restore_decision`); returns once the
+        decision is durable (`acknowledging`), a repeated one too."""
+        result = await decisions.restore_decision(
+            self.ctx, execution_or_seat, choice, agent, caller
+        )
+        await acknowledging.decided(self.durability, self.swarm, result.decision)
+        return result
 
     async def request_restore_decision(
         self,
@@ -997,8 +1022,9 @@ class Recovery:
         session_id: str | None,
         watermark: int | None,
     ) -> outcomes.Reported:
-        """Store a replacement's outcome (see `outcomes.report_restore`)."""
-        return await outcomes.report_restore(
+        """Store a replacement's outcome (see `outcomes.report_restore`); returns once the
+        outcome is durable (`acknowledging`), a repeated one too."""
+        reported = await outcomes.report_restore(
             self.ctx,
             caller,
             recovery=recovery,
@@ -1006,6 +1032,8 @@ class Recovery:
             session_id=session_id,
             watermark=watermark,
         )
+        await acknowledging.reported(self.durability, self.swarm, reported.outcome)
+        return reported
 
     async def report_refusal(self, caller: records.Principal, reason: str) -> None:
         """Keep a replacement's restore refusal (see `outcomes.report_refusal`)."""
@@ -1050,8 +1078,13 @@ class Recovery:
     async def events(
         self, after: str | None = None, block_ms: int | None = None
     ) -> list[telemetry.Event]:
-        """Fence, recovery and outcome events after a stream id (for `WatchRecovery`)."""
-        return await telemetry.read(self.client, self.swarm, after=after, block_ms=block_ms)
+        """Fence, recovery and outcome events after a stream id (for `WatchRecovery`), once
+        they are durable (`acknowledging`): a watcher, such as the CLI waiting for the pass
+        that applies its request, is never shown a decision Redis may still lose."""
+        found = await telemetry.read(self.client, self.swarm, after=after, block_ms=block_ms)
+        if found:
+            await acknowledging.shown(self.durability, self.swarm, found[-1].id)
+        return found
 
 
 class _Inbox:

@@ -14,16 +14,21 @@ import asyncio
 import collections
 import pathlib
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
+import aiohttp
 import pytest
+from agentihooks.swarm.v2 import recovery_pb2 as pb
 from redis.crc import key_slot
 
+from services.cli import main as cli
 from services.common import redis_link, revocations
 from services.controller import telemetry
-from services.controller.state import keys, reading, records, scripting
+from services.controller.state import durable, keys, reading, records, scripting
 from tests.e2e import test_redis_outage as outage
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports
+from tests.support.cli_process import agentihooks
 from tests.support.redis_cluster import Node, RedisCluster
 
 WAIT_S = outage.WAIT_S
@@ -211,3 +216,127 @@ async def test_revocations_on_a_cluster_are_seen_by_every_client(
         )
     finally:
         await other.aclose()
+
+
+async def decide_over_http(
+    ctl: outage.Controller, execution: str, choice: str
+) -> tuple[int, dict[str, Any]]:
+    """POST the operator's choice to the HTTP restore-decision; the status and the body."""
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{ctl.http}/v1/executions/{execution}/restore-decision",
+            json={"choice": choice},
+            headers={"Authorization": f"Bearer {cs.OPERATOR_TOKEN}"},
+        ) as answer,
+    ):
+        return answer.status, await answer.json()
+
+
+async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_replica_promotion(
+    tmp_path: pathlib.Path, cluster: RedisCluster, cluster_client: redis_link.Client
+) -> None:
+    """Issue 23, "Acknowledge only what is durable", with AGENTIHOOKS_REDIS_WAIT_REPLICAS=1 on
+    the controller's real entry point. A decision taken while the swarm's master has its
+    replica is answered accepted. With the replica cut off, a decision (the CLI's, which the
+    pass applies, and the HTTP one), a repeat of the accepted decision, a pause and an
+    admission are each answered UNAVAILABLE `not_durable`, and the CLI and HTTP say so. Then
+    the master is killed and the stale replica promoted (`CLUSTER FAILOVER TAKEOVER`): the
+    acknowledged decision is there with its replacement; what was refused is lost, as the
+    callers were told it might be. Once the old master rejoins as a replica, repeating the
+    acknowledged choice returns it, a different one is refused (spec: "no recovery decision is
+    pending for this attempt"), and a lost decision can be taken again."""
+    swarm, seats = swarms_on_each_master(cluster, "ack")[0], ("eng-1", "eng-2", "eng-3")
+    lost = {s: keys.execution_id(swarm, s, 1) for s in seats}
+    async with k8s_emulator.serving() as emulator, outage.controllers() as running:
+        env = outage.controller_env(tmp_path, emulator, cluster.url) | {
+            "AGENTIHOOKS_REDIS_WAIT_REPLICAS": "1",
+            "AGENTIHOOKS_REDIS_WAIT_TIMEOUT_MS": "1000",
+        }
+        ctl = await outage.start_controller(env)
+        running.append(ctl)
+        await outage.apply(ctl, cs.document(swarm, seats=seats, automation=False))
+        await ports.eventually(
+            lambda: outage.launched(cluster_client, swarm, seats, 1), timeout=WAIT_S
+        )
+        for seat in seats:
+            outage.fail_pod(emulator, swarm, lost[seat])
+
+        async def awaiting_decisions() -> None:
+            for seat in seats:
+                decision = await reading.decision(cluster_client, swarm, lost[seat])
+                assert decision is not None, seat
+                assert decision.state is records.DecisionState.RECOVERY_PENDING, decision
+
+        await ports.eventually(awaiting_decisions, timeout=WAIT_S)
+        status, body = await decide_over_http(ctl, lost["eng-1"], "fresh")
+        assert status == 200 and body["state"] == "accepted" and not body["repeated"], body
+        acknowledged = body["replacement_execution_id"]
+        # The acknowledgement wrote on the swarm's master before it waited (`durable`).
+        assert await cluster_client.get(keys.acks(swarm)) is not None
+
+        master = cluster.master_of_slot_for(keys.lease(swarm))
+        replica = cluster.replica_of(master)
+        cluster.cut_off(replica, master)
+        try:
+            ran = await agentihooks(
+                "swarm", swarm, "restore-decision", "eng-2", "fresh", control=ctl.grpc_addr
+            )
+            assert ran.code == cli.EXIT_UNAVAILABLE, (ran.out, ran.err)
+            assert "(not_durable)" in ran.err, ran.err
+            assert "0 of the 1 replicas AGENTIHOOKS_REDIS_WAIT_REPLICAS asks for" in ran.err
+            assert "applied" not in ran.out, ran.out
+            for execution in (lost["eng-3"], lost["eng-1"]):  # a new decision, a repeat
+                status, body = await decide_over_http(ctl, execution, "fresh")
+                assert (status, body["reason"]) == (503, durable.REASON), body
+                assert "send the call again" in body["message"], body
+            ran = await agentihooks("swarm", swarm, "pause", control=ctl.grpc_addr)
+            assert ran.code == cli.EXIT_UNAVAILABLE and "(not_durable)" in ran.err, ran.err
+            more = cs.document(swarm, seats=(*seats, "eng-4"), automation=False)
+            refused = await outage.unavailable(
+                ctl.stub.ApplySwarm(
+                    pb.ApplySwarmRequest(document=more), metadata=cs.OPERATOR, timeout=WAIT_S
+                )
+            )
+            assert outage.reason_of(refused) == durable.REASON
+            assert "AGENTIHOOKS_REDIS_WAIT_REPLICAS" in (refused.details() or "")
+            cluster.kill(master)
+        finally:
+            cluster.resume(replica)
+        cluster.takeover(replica)
+
+        # The acknowledged decision survived; what was refused was lost with the old master.
+        async def promoted() -> records.Decision:
+            decision = await reading.decision(cluster_client, swarm, lost["eng-1"])
+            assert decision is not None
+            return decision
+
+        kept = await ports.eventually(promoted, timeout=WAIT_S)
+        assert kept.state is records.DecisionState.ACCEPTED
+        assert kept.choice is records.Choice.FRESH
+        assert kept.replacement_execution_id == acknowledged
+        for seat in ("eng-2", "eng-3"):
+            decision = await reading.decision(cluster_client, swarm, lost[seat])
+            assert decision is not None and decision.state is records.DecisionState.RECOVERY_PENDING
+        assert not await reading.paused(cluster_client, swarm)
+        assert await reading.seat(cluster_client, swarm, "eng-4") is None
+
+        # The old master rejoins as the new master's replica: acknowledgements answer again.
+        cluster.restart(master)
+        cluster.wait_replicated()
+
+        async def answered(execution: str, choice: str) -> dict[str, Any]:
+            status, body = await decide_over_http(ctl, execution, choice)
+            assert status != 503, body  # a lease taken again, a replica catching up
+            return body
+
+        again = await ports.eventually(lambda: answered(lost["eng-1"], "fresh"), timeout=WAIT_S)
+        assert again["repeated"] and again["replacement_execution_id"] == acknowledged, again
+        other = await answered(lost["eng-1"], "resume")
+        assert other["reason"] == "no recovery decision is pending for this attempt", other
+        retaken = await answered(lost["eng-3"], "fresh")
+        assert retaken["state"] == "accepted", retaken
+        assert ctl.alive()
+        assert await ctl.stop() == 0
+        outage.clean_log(ctl)
+        assert ctl.events("not_durable")

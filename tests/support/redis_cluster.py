@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import signal
 import subprocess
 import time
 
@@ -184,9 +185,52 @@ class RedisCluster:
             time.sleep(0.1)
         self.wait_ok()
 
+    def cut_off(self, replica: Node, master: Node) -> None:
+        """Cut `replica` off its `master` as a partition would: the replica process is stopped
+        (SIGSTOP) and the master drops its link (`CLIENT KILL TYPE replica`), so nothing
+        written meanwhile reaches the replica, not even through a socket buffer. `resume`
+        lets it run again."""
+        assert replica.proc is not None
+        replica.proc.send_signal(signal.SIGSTOP)
+        self.cli(master.port, "client", "kill", "type", "replica")
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "connected_slaves:0" not in self.cli(master.port, "info", "replication"):
+            if time.monotonic() > deadline:
+                raise AssertionError("the master kept its replica")
+            time.sleep(0.05)
+
+    def resume(self, node: Node) -> None:
+        """Let a node stopped by `cut_off` run again."""
+        assert node.proc is not None
+        node.proc.send_signal(signal.SIGCONT)
+
+    def kill(self, node: Node) -> None:
+        """SIGKILL a node (its data on disk stays: `restart` brings it back)."""
+        assert node.proc is not None
+        node.proc.kill()
+        node.proc.wait(30)
+
+    def restart(self, node: Node) -> None:
+        """Start a killed node again with its data and cluster config: a master that was
+        replaced meanwhile rejoins as a replica of the node that took its slots."""
+        self._start_node(node)
+
+    def takeover(self, replica: Node) -> None:
+        """`CLUSTER FAILOVER TAKEOVER` on a replica whose master is gone: it takes the slots
+        without its master's agreement and without catching up, as an operator promoting a
+        replica would; returns once it is master and every running node sees the cluster ok."""
+        assert self.cli(replica.port, "cluster", "failover", "takeover").strip() == "OK"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while self.role(replica) != "master":
+            if time.monotonic() > deadline:
+                raise AssertionError("the replica did not take over")
+            time.sleep(0.1)
+        self.wait_ok()
+
     def stop(self) -> None:
         for node in self.nodes:
             if node.proc is not None and node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGCONT)  # a node stopped by `cut_off`
                 node.proc.terminate()
         for node in self.nodes:
             if node.proc is not None:

@@ -1,8 +1,9 @@
 """Every Redis key name of the controller, in one place.
 
 All keys of one swarm share the hash tag `{SWARM}` (`agentihooks:{SWARM}:…`), so every multi-key
-transition is one Lua script on one slot and the same code runs on Redis Cluster. The only key
-outside a swarm's slot is the index of swarm names, which no transition touches.
+transition is one Lua script on one slot and the same code runs on Redis Cluster. The only keys
+outside a swarm's slot are the index of swarm names, which no transition touches, and its
+acknowledgement counter.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from services.common import revocations
 
 SWARMS = "agentihooks:swarms"
 """A set of every applied swarm name (an index for readers; never part of a transition)."""
+
+SWARMS_ACKS = "{agentihooks:swarms}:acks"
+"""The acknowledgement counter of the swarm index: its hash tag is the index's whole name, so it
+lies in the index's slot (`durable`)."""
 
 _NAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,22}[a-z0-9])?")
 NAME_PATTERN = _NAME.pattern
@@ -168,6 +173,12 @@ def outcomes_by_type(swarm: str) -> str:
 def events(swarm: str) -> str:
     """Stream: fence, recovery and outcome telemetry events."""
     return f"{_p(swarm)}:events"
+
+
+def acks(swarm: str) -> str:
+    """A counter bumped by each acknowledgement that waits for the swarm's replicas
+    (`durable`): the write on the confirming connection that its `WAIT` follows."""
+    return f"{_p(swarm)}:acks"
 
 
 def revoked(swarm: str, token_id: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from services.common import revocations, tokens
+from services.common import revocations, settings, tokens
 from services.common.checkpoints import records as ckpt_records
 from services.controller import deciding, recovering, replacing
 from services.controller.pods import classifying
@@ -238,6 +238,7 @@ def new_recovery(
     hook: scripting.AfterWrite | None = None,
     ttl_ms: int = 10_000,
     worker_image: str = IMAGE,
+    redis_wait: settings.RedisWait | None = None,
 ) -> recovering.Recovery:
     source: replacing.CheckpointSource | None = checkpoints
     return recovering.Recovery(
@@ -249,14 +250,22 @@ def new_recovery(
         checkpoints=source,
         scripts=scripting.Scripts(client, after_write=hook),
         lease_ttl_ms=ttl_ms,
+        redis_wait=redis_wait,
     )
 
 
-async def start(client: aioredis.Redis, *, checkpoints: bool = True, **doc: Any) -> Harness:
-    """Apply the swarm under a fresh controller's lease; every seat's first attempt launched."""
+async def start(
+    client: aioredis.Redis,
+    *,
+    checkpoints: bool = True,
+    redis_wait: settings.RedisWait | None = None,
+    **doc: Any,
+) -> Harness:
+    """Apply the swarm under a fresh controller's lease; every seat's first attempt launched.
+    `redis_wait`: how durable the controller's acknowledged writes must be (none by default)."""
     runtime = FakeRuntime()
     source = FakeCheckpoints()
-    recovery = new_recovery(client, runtime, source if checkpoints else None)
+    recovery = new_recovery(client, runtime, source if checkpoints else None, redis_wait=redis_wait)
     assert await recovery.lease.acquire()
     await recovery.apply_swarm(document(**doc))
     return Harness(client, runtime, source, recovery)

@@ -58,7 +58,15 @@ def test_secret_values_never_appear_in_errors_or_repr() -> None:
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("CONTROL_ADDR", "nohost"), ("RUNTIME", "docker"), ("LEASE_MS", "ten"), ("LEASE_MS", "1")],
+    [
+        ("CONTROL_ADDR", "nohost"),
+        ("CONTROL_ADDR", "http://127.0.0.1:50051"),
+        ("HTTP_ADDR", "127.0.0.1"),
+        ("STORE_ADDR", "dns:store:50052"),
+        ("RUNTIME", "docker"),
+        ("LEASE_MS", "ten"),
+        ("LEASE_MS", "1"),
+    ],
 )
 def test_bad_controller_values_name_the_variable(name: str, value: str) -> None:
     """A bad value is refused at start with a message naming the variable."""
@@ -70,6 +78,22 @@ def test_bad_controller_values_name_the_variable(name: str, value: str) -> None:
     }
     with pytest.raises(settings.SettingsError, match=f"AGENTIHOOKS_{name}"):
         settings.load_controller(env)
+
+
+def test_an_address_with_a_scheme_or_credentials_is_refused_without_repeating_them() -> None:
+    """Issue 20: `http://…` is malformed, not an address to dial; a `user:password@` part is
+    masked in the message."""
+    env = {
+        "AGENTIHOOKS_GRANT_KEY": KEY,
+        "AGENTIHOOKS_OPERATOR_TOKEN": "o" * 20,
+        "AGENTIHOOKS_WORKER_IMAGE": "img:1",
+        "AGENTIHOOKS_STORE_ADDR": "http://admin:hunter2@store:50052",
+    }
+    with pytest.raises(settings.SettingsError) as refused:
+        settings.load_controller(env)
+    assert str(refused.value).startswith("AGENTIHOOKS_STORE_ADDR must be HOST:PORT, not ")
+    assert "leave out the scheme" in str(refused.value)
+    assert "hunter2" not in str(refused.value)
 
 
 def test_remote_flag_parsing() -> None:
