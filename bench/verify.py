@@ -1,7 +1,13 @@
-"""Benchmark: Validator.verify over a 256 MiB checkpoint against plain hashlib over its bytes.
+"""Benchmark: Validator.verify over 256 MiB checkpoints against plain hashlib over their bytes.
 
-The checkpoint is 8 objects of 32 MiB of random bytes in a temporary local folder store. The
-baseline is hashlib.sha256 over the same files, read with the same chunk size, one after the
+Two checkpoints in a temporary local folder store, each 256 MiB of random bytes:
+
+- `verify`: 8 objects of 32 MiB (a version 2 record: each session file one object);
+- `verify_chain`: one session of 5,000 segments of about 52 KiB (a version 3 record, as a long
+  session of appends leaves it: the transcript is the same chain), verified segment by segment
+  and end to end.
+
+The baseline is hashlib.sha256 over the same files, read with the same chunk size, one after the
 other, in the same run and with the same warm page cache. Each side runs a few times and keeps
 its best time; the ratio is verify / baseline (below 1 is faster than the baseline).
 
@@ -20,13 +26,16 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 
-from services.common.checkpoints import local, records, storing, validation
+from services.common.checkpoints import chained_records, chains, local, records, storing, validation
 
 TARGET = 1.25
 OBJECTS = 8
 OBJECT_SIZE = 32 * 1024 * 1024
+SEGMENTS = 5000
+SEGMENT_SIZE = OBJECTS * OBJECT_SIZE // SEGMENTS
 ROUNDS = 5
 SCOPE = storing.StoreScope("bench", "t-bench", 1)
+AUTHORITY = records.Authority("bench", "seat-1", "t-bench", 1, "e-1", 2)
 
 
 async def _chunks(data: bytes) -> AsyncIterator[bytes]:
@@ -65,6 +74,36 @@ async def _prepare(root: pathlib.Path) -> tuple[storing.ArtifactStore, list[path
     return store, files
 
 
+async def _prepare_chain(root: pathlib.Path) -> tuple[storing.ArtifactStore, list[pathlib.Path]]:
+    """Write a 5,000-segment session and its version 3 record; return the store and files."""
+    store = local.LocalFolderBackend(root).scoped(SCOPE)
+    whole, segments = hashlib.sha256(), []
+    for _ in range(SEGMENTS):
+        data = os.urandom(SEGMENT_SIZE)
+        whole.update(data)
+        blob = records.Blob.of(data)
+        await store.put_object(
+            _chunks(data), sha256=blob.sha256, size=blob.size, max_size=blob.size
+        )
+        segments.append(chains.Segment(blob.sha256, blob.size))
+    chain = chains.Chain(whole.hexdigest(), SEGMENTS * SEGMENT_SIZE, tuple(segments))
+    record = chained_records.new_record(
+        checkpoint_id="ckpt-chain",
+        sequence=2,
+        authority=AUTHORITY,
+        project="app",
+        compatibility_key="bench:1",
+        transcript=chain,
+        watermark=1,
+        native=chained_records.ChainedNative(
+            "claude_code", "2.1.3", "s-bench", (chained_records.ChainedFile("s/0.jsonl", chain),)
+        ),
+    )
+    await store.put_manifest("ckpt-chain", records.encode_manifest(record))
+    files = [root / SCOPE.prefix / "objects" / s.sha256[:2] / s.sha256 for s in segments]
+    return store, files
+
+
 def _baseline(files: list[pathlib.Path]) -> float:
     """Plain hashlib over the same files, same chunk size, one file after another."""
     start = time.perf_counter()
@@ -77,36 +116,44 @@ def _baseline(files: list[pathlib.Path]) -> float:
     return time.perf_counter() - start
 
 
-async def _verify(store: storing.ArtifactStore) -> float:
+async def _verify(store: storing.ArtifactStore, checkpoint_id: str) -> float:
     validator = validation.Validator(store)
     start = time.perf_counter()
-    verdict = await validator.verify(validation.Expectation("ckpt-bench", 2))
+    verdict = await validator.verify(validation.Expectation(checkpoint_id, 2))
     elapsed = time.perf_counter() - start
     if not verdict.ok:
         raise SystemExit(f"the benchmark checkpoint did not verify: {verdict}")
     return elapsed
 
 
-async def main() -> None:
-    total = OBJECTS * OBJECT_SIZE
-    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
-        store, files = await _prepare(pathlib.Path(tmp))
-        _baseline(files)  # warm the page cache for both sides
-        baseline, verify = [], []
-        for _ in range(ROUNDS):  # interleaved, so drift on a shared machine hits both sides
-            baseline.append(_baseline(files))
-            verify.append(await _verify(store))
+async def _case(
+    name: str, checkpoint_id: str, store: storing.ArtifactStore, files: list[pathlib.Path]
+) -> None:
+    _baseline(files)  # warm the page cache for both sides
+    baseline, verify = [], []
+    for _ in range(ROUNDS):  # interleaved, so drift on a shared machine hits both sides
+        baseline.append(_baseline(files))
+        verify.append(await _verify(store, checkpoint_id))
     best_base, best_verify = min(baseline), min(verify)
-    mib = total / (1024 * 1024)
-    print(f"checkpoint: {OBJECTS} objects x {OBJECT_SIZE // (1024 * 1024)} MiB = {mib:.0f} MiB")
-    print(f"hashlib baseline: best {best_base:.3f} s ({mib / best_base:.0f} MiB/s)")
-    print(f"Validator.verify: best {best_verify:.3f} s ({mib / best_verify:.0f} MiB/s)")
-    print(f"all rounds (s): baseline {[round(t, 3) for t in baseline]}")
-    print(f"all rounds (s): verify   {[round(t, 3) for t in verify]}")
+    mib = sum(path.stat().st_size for path in files) / (1024 * 1024)
+    print(f"{name}: {len(files)} objects, {mib:.0f} MiB")
+    print(f"  hashlib baseline: best {best_base:.3f} s ({mib / best_base:.0f} MiB/s)")
+    print(f"  Validator.verify: best {best_verify:.3f} s ({mib / best_verify:.0f} MiB/s)")
+    print(f"  all rounds (s): baseline {[round(t, 3) for t in baseline]}")
+    print(f"  all rounds (s): verify   {[round(t, 3) for t in verify]}")
+    ratio = best_verify / best_base
+    print(f"RESULT {name} ratio={ratio:.3f} target={TARGET} {'ok' if ratio <= TARGET else 'short'}")
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        store, files = await _prepare(pathlib.Path(tmp) / "objects")
+        await _case("verify", "ckpt-bench", store, files)
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        store, files = await _prepare_chain(pathlib.Path(tmp) / "chain")
+        await _case("verify_chain", "ckpt-chain", store, files)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of the whole run (includes writing the objects): {peak:.0f} MiB")
-    ratio = best_verify / best_base
-    print(f"RESULT verify ratio={ratio:.3f} target={TARGET} {'ok' if ratio <= TARGET else 'short'}")
 
 
 if __name__ == "__main__":

@@ -2,12 +2,17 @@
 
 One capture takes the native session files through the harness adapter, archives the
 transcript up to a watermark (complete records only: a line the harness is still writing is
-left for the next capture), captures the source (commits as a bundle, uncommitted changes as a
-binary patch, untracked files), uploads every object through the attempt's scoped store
+left for the next capture), captures the source (commits as bundles, uncommitted changes as a
+binary patch, untracked files), uploads the objects through the attempt's scoped store
 (local folder, S3 or the checkpoint-store service), writes the record last, runs
 `Validator.verify` on the result, and reports the native session id and the archive watermark
 with `Recovery.ReportCapture`. A capture whose material is unchanged since the last one writes
 nothing new.
+
+Records are schema version 3 (`chaining`): session files and the transcript extend the chains
+of the attempt's previous checkpoint, so a capture uploads only what was appended since.
+`schema_version=2` writes every file, the transcript and one bundle whole again, as earlier
+writers did (kept to measure against and to write version 2 checkpoints).
 
 A checkpoint is native only when it "carries a qualified native session": with a harness
 version not qualified for native resume the capture is context only.
@@ -28,15 +33,32 @@ import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc
 
 from services.common import logs, settings
-from services.common.checkpoints import records, storing, validation
-from services.restorer import fetching, launching, restoring, retrying, source, transcripts
+from services.common.checkpoints import (
+    chained_records,
+    chains,
+    reasons,
+    records,
+    storing,
+    validation,
+)
+from services.restorer import (
+    chaining,
+    fetching,
+    launching,
+    restoring,
+    retrying,
+    source,
+    transcripts,
+    whole_records,
+)
 from services.restorer.harness import base as harness_base
 
 log = logging.getLogger("services.restorer")
 DEFAULT_INTERVAL_S = 60.0
+_VERDICTS = frozenset(reason.value for reason in reasons.Reason)
 
 
-_Native = tuple[records.Native, list[tuple[records.NativeFile, bytes]]] | None
+_Native = whole_records.Native | None
 
 
 class CaptureError(Exception):
@@ -78,6 +100,10 @@ class Capturer:
         storage: the worker's storage settings (used unless `checkpoint_remote`).
         control_addr: the controller, for `ReportCapture` (no report when None).
         worker_credential: the attempt's own credential for the controller.
+        retry: the retry policy of the capture report.
+        schema_version: 3 (chains, the default) or 2 (whole objects).
+        segment_bytes: where appended bytes are split (default: `chains.SEGMENT_BYTES`, or
+            the store's object limit when smaller).
     """
 
     def __init__(
@@ -89,7 +115,17 @@ class Capturer:
         control_addr: str | None = None,
         worker_credential: str | None = None,
         retry: retrying.Retry = retrying.DEFAULT,
+        schema_version: int = records.CURRENT_SCHEMA_VERSION,
+        segment_bytes: int | None = None,
     ) -> None:
+        if schema_version not in (records.WHOLE_OBJECTS_VERSION, chained_records.VERSION):
+            raise ValueError("a capture writes schema version 2 or 3")
+        limit = min(segment_bytes or chains.SEGMENT_BYTES, storage.max_object_bytes)
+        if not 0 < limit <= chains.MAX_SEGMENT_BYTES:
+            raise ValueError("segment_bytes must be between 1 and chains.MAX_SEGMENT_BYTES")
+        self._version = schema_version
+        self._limit = limit
+        self._previous: chaining.Previous | None = None
         self._launch = launch
         self._attempt = attempt
         self._storage = storage
@@ -146,52 +182,96 @@ class Capturer:
         held, native, transcript_records = await self._native(adapter)
         archive = transcripts.archive(transcript_records)
         watermark = len(transcript_records)
-        captured_source, source_objects = await self._source()
-        objects: dict[str, bytes] = {records.Blob.of(archive).sha256: archive}
-        objects.update(source_objects)
-        if native is not None:
-            objects.update({f.blob.sha256: d for f, d in native[1]})
+        captured, repository = await self._source()
+        whole_source, source_objects = whole_records.source_of(captured, repository)
         material = (
             records.Blob.of(archive),
             watermark,
             None if native is None else native[0],
-            captured_source,
+            whole_source,
         )
         if self._last is not None and self._last[0] == material:
             return dataclasses.replace(self._last[1], written=False)
         sequence, checkpoint_id = await self._free_id(store)
         scope = launch.scope
+        authority = records.Authority(
+            swarm=scope.swarm,
+            seat=scope.seat,
+            task_id=scope.task_id,
+            task_generation=scope.task_generation,
+            execution_id=scope.execution_id,
+            execution_generation=scope.execution_generation,
+        )
+        fields: dict[str, Any] = {
+            "checkpoint_id": checkpoint_id,
+            "sequence": sequence,
+            "authority": authority,
+            "project": self._project(repository if captured else ""),
+            "compatibility_key": launch.worker_image,
+            "watermark": watermark,
+        }
         try:
-            record = records.new_record(
-                checkpoint_id=checkpoint_id,
-                sequence=sequence,
-                authority=records.Authority(
-                    swarm=scope.swarm,
-                    seat=scope.seat,
-                    task_id=scope.task_id,
-                    task_generation=scope.task_generation,
-                    execution_id=scope.execution_id,
-                    execution_generation=scope.execution_generation,
-                ),
-                project=self._project(captured_source),
-                compatibility_key=launch.worker_image,
-                transcript=records.Blob.of(archive),
-                watermark=watermark,
-                native=None if native is None else native[0],
-                source=captured_source,
-            )
+            if self._version == records.WHOLE_OBJECTS_VERSION:
+                objects = whole_records.objects_of(archive, native, source_objects)
+                record = records.new_record(
+                    transcript=records.Blob.of(archive),
+                    native=None if native is None else native[0],
+                    source=whole_source,
+                    **fields,
+                )
+            else:
+                layout = await chaining.lay_out(
+                    await self._previous_checkpoint(store),
+                    archive=archive,
+                    files=[] if native is None else chaining.session_files(native[1]),
+                    captured=captured,
+                    repository=whole_source.repository if whole_source else "",
+                    worktree=self._attempt.worktree,
+                    limit=self._limit,
+                )
+                objects = layout.uploads
+                record = chained_records.new_record(
+                    transcript=layout.transcript,
+                    native=None if native is None else layout.native(native[0]),
+                    source=layout.source,
+                    **fields,
+                )
         except ValueError:
             raise CaptureError("invalid_record") from None
-        await self._upload(store, objects, checkpoint_id, record)
-        captured = Captured(
+        except source.SourceError as error:
+            raise CaptureError(error.reason) from None
+        try:
+            await self._upload(store, objects, checkpoint_id, record)
+        except CaptureError as error:
+            if self._version == chained_records.VERSION and str(error) in _VERDICTS:
+                # The written checkpoint did not verify, and the chains it extended may be why
+                # (a previous record whose segments were damaged): start every chain anew.
+                self._previous = chaining.Previous.nothing()
+            raise
+        captured_checkpoint = Captured(
             checkpoint_id=checkpoint_id,
             continuity=record["continuity"],
             native_session_id=held,
             watermark=watermark,
             written=True,
         )
-        self._last = (material, captured)
-        return captured
+        self._last = (material, captured_checkpoint)
+        if self._version == chained_records.VERSION:
+            self._previous = chaining.Previous.of(record)
+        return captured_checkpoint
+
+    async def _previous_checkpoint(self, store: storing.ArtifactStore) -> chaining.Previous | None:
+        """What the next chains extend: the record this capturer wrote last, else the
+        attempt's newest checkpoint in the store (a restarted sidecar, a one-shot capture)."""
+        if self._previous is not None:
+            return self._previous
+        try:
+            return await chaining.find_previous(store, self._launch.scope)
+        except storing.StoreError:
+            return None  # an unreadable listing or record: every chain starts anew
+        except Exception as error:  # the store is down or refused the grant
+            logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+            raise CaptureError("checkpoint store unavailable") from None
 
     async def _native(self, adapter: harness_base.Harness) -> tuple[str | None, _Native, list[str]]:
         """The session held, the qualified native session (or None), the complete records."""
@@ -219,40 +299,21 @@ class Capturer:
         )
         return session_id, (native, placed), conversation
 
-    async def _source(self) -> tuple[records.Source | None, dict[str, bytes]]:
+    async def _source(self) -> tuple[source.SourceCapture | None, str]:
+        """The worktree's source (with its one bundle for version 2) and the repository the
+        record names; (None, "") when the worktree has no repository."""
         worktree = self._attempt.worktree
         if not await asyncio.to_thread(os.path.lexists, worktree / ".git"):
-            return None, {}
+            return None, ""
         try:
-            captured = await source.capture(worktree)
+            captured = await source.capture(
+                worktree, with_bundle=self._version == records.WHOLE_OBJECTS_VERSION
+            )
         except source.SourceError as error:
             raise CaptureError(error.reason) from None
-        objects: dict[str, bytes] = {}
-
-        def blob(data: bytes | None) -> records.Blob | None:
-            if data is None:
-                return None
-            found = records.Blob.of(data)
-            objects[found.sha256] = data
-            return found
-
-        untracked = []
-        for item in captured.untracked:
-            found = records.Blob.of(item.data)
-            objects[found.sha256] = item.data
-            untracked.append(records.UntrackedFile(item.path, found, item.mode))
         project = self._project_named(captured.repository)
         repository = captured.repository or (project.repository if project else "")
-        recorded = records.Source(
-            repository=repository or restoring.NO_ORIGIN,
-            base_commit=captured.base_commit,
-            head_commit=captured.head_commit,
-            branch=captured.branch or None,
-            bundle=blob(captured.bundle),
-            patch=blob(captured.patch),
-            untracked=tuple(untracked),
-        )
-        return recorded, objects
+        return captured, repository or restoring.NO_ORIGIN
 
     def _project_named(self, repository: str) -> launching.Project | None:
         projects = self._launch.projects
@@ -261,8 +322,8 @@ class Capturer:
                 return project
         return projects[0] if projects else None
 
-    def _project(self, captured: records.Source | None) -> str:
-        project = self._project_named(captured.repository if captured else "")
+    def _project(self, repository: str) -> str:
+        project = self._project_named(repository)
         if project is None:
             raise CaptureError("the worker's registration names no project")
         return project.name

@@ -6,7 +6,8 @@ otherwise the configured bucket or local folder (the bucket wins), bound to the 
 scope. Every object a restore writes is fetched by its SHA-256 and hashed as it arrives; one
 read serves both the verification and the restore (`VerifyingStore`), so the bytes written
 are the bytes verified, and an object read again later is hashed again, so bytes that changed
-after the verification are refused, never written.
+after the verification are refused, never written. A chain (schema version 3) whose segments
+were all read early is hashed end to end from those same bytes.
 """
 
 from __future__ import annotations
@@ -15,15 +16,21 @@ import asyncio
 import contextlib
 import hashlib
 import re
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from typing import Any
 
 import grpc
 
 from services.common import settings
-from services.common.checkpoints import backends, reasons, storing
+from services.common.checkpoints import backends, object_checks, reasons, storing
 from services.restorer import launching, remote_store
 
 CONCURRENCY = 8
+BATCH_OBJECT_BYTES = 256 * 1024
+"""Objects up to this size are read early in batches from a store with `BatchedReads`."""
+BATCH_BYTES = 4 * 1024 * 1024
+BATCH_OBJECTS = 1024
+"""A batch ends at this many bytes or objects (one worker-thread call each)."""
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -107,6 +114,34 @@ async def fetch_object(store: storing.ArtifactStore, sha256: str, size: int) -> 
     return b"".join(parts)
 
 
+def _checked(
+    batch: Sequence[tuple[str, int]], found: Sequence[bytes | storing.StoreError | None]
+) -> list[bytes | Unusable]:
+    """Each object of a batch read as `fetch_object` judges it: its bytes when they are
+    exactly the ones named, else why not."""
+    out: list[bytes | Unusable] = []
+    for (sha256, size), data in zip(batch, found, strict=True):
+        if data is None:
+            out.append(Unusable(reasons.Reason.MISSING_OBJECT))
+        elif isinstance(data, bytes) and (len(data), _sha256(data)) == (size, sha256):
+            out.append(data)
+        else:  # other bytes, or a StoreError (a link where the object belongs)
+            out.append(Unusable(reasons.Reason.CORRUPT_OBJECT))
+    return out
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _chain_digest(parts: Sequence[bytes | None]) -> storing.ChainDigest:
+    digest = hashlib.sha256()
+    for part in parts:
+        assert part is not None
+        digest.update(part)
+    return storing.ChainDigest(digest.hexdigest(), tuple(len(p or b"") for p in parts))
+
+
 async def _chunks(store: storing.ArtifactStore, sha256: str) -> AsyncGenerator[bytes, None]:
     async for chunk in store.read_object(sha256):
         yield chunk
@@ -127,22 +162,67 @@ class Objects:
         self._gate = asyncio.Semaphore(concurrency)
         self._early: dict[tuple[str, int], asyncio.Future[bytes]] = {}
         self._by_name: dict[str, list[asyncio.Future[bytes]]] = {}
+        self._batches: list[asyncio.Future[None]] = []
 
     def read_early(self, wanted: Iterable[tuple[object, object]]) -> None:
-        """Start reading each (sha256, size) in the background; odd names are skipped."""
+        """Start reading each (sha256, size) in the background; odd names are skipped.
+
+        From a store with `storing.BatchedReads` (a local folder), small objects are read and
+        hashed many to a worker-thread call: a chain of thousands of segments would otherwise
+        cost a few thread hops each.
+        """
+        batch: list[tuple[str, int]] = []
         for sha256, size in wanted:
             if not isinstance(sha256, str) or not _SHA256.fullmatch(sha256):
                 continue
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 continue
-            if (sha256, size) not in self._early:
-                future = asyncio.ensure_future(self._read(sha256, size))
-                self._early[(sha256, size)] = future
-                self._by_name.setdefault(sha256, []).append(future)
+            if (sha256, size) in self._early:
+                continue
+            batched = storing.batched(self._store) and size <= BATCH_OBJECT_BYTES
+            future: asyncio.Future[bytes] = (
+                asyncio.get_running_loop().create_future()
+                if batched
+                else asyncio.ensure_future(self._read(sha256, size))
+            )
+            self._early[(sha256, size)] = future
+            self._by_name.setdefault(sha256, []).append(future)
+            if batched:
+                batch.append((sha256, size))
+                if sum(n for _, n in batch) >= BATCH_BYTES or len(batch) >= BATCH_OBJECTS:
+                    self._batches.append(asyncio.ensure_future(self._read_batch(batch)))
+                    batch = []
+        if batch:
+            self._batches.append(asyncio.ensure_future(self._read_batch(batch)))
 
     async def _read(self, sha256: str, size: int) -> bytes:
         async with self._gate:
             return await fetch_object(self._store, sha256, size)
+
+    async def _read_batch(self, batch: list[tuple[str, int]]) -> None:
+        """Read and hash a batch of small objects; each one's future gets its bytes, or
+        `Unusable` as `fetch_object` would raise it, or the store's own failure."""
+        futures = [self._early[key] for key in batch]
+        try:
+            async with self._gate:
+                assert storing.batched(self._store)
+                found = await self._store.read_objects(batch)
+                checked = await asyncio.to_thread(_checked, batch, found)
+        except Exception as error:  # the store itself failed: each object's future says so
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+            return
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+        for future, result in zip(futures, checked, strict=True):
+            if not future.done():
+                if isinstance(result, Unusable):
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
 
     async def get(self, sha256: str, size: int) -> bytes:
         """The object's bytes (see `fetch_object`), from an early read when one was started."""
@@ -153,11 +233,16 @@ class Objects:
 
     async def read_size(self, sha256: str) -> int | None:
         """The size of an early read of `sha256` that matched its hash, else None."""
+        data = await self.read_bytes(sha256)
+        return None if data is None else len(data)
+
+    async def read_bytes(self, sha256: str) -> bytes | None:
+        """The bytes of an early read of `sha256` that matched its hash, else None."""
         for future in self._by_name.get(sha256, ()):
             # Shielded: a Validator that stops early must not cancel a read the restore
             # still needs. A read that failed says nothing here: the store answers instead.
             with contextlib.suppress(Exception):
-                return len(await asyncio.shield(future))
+                return await asyncio.shield(future)
         return None
 
     def verifying_store(self) -> VerifyingStore:
@@ -166,11 +251,13 @@ class Objects:
 
     async def aclose(self) -> None:
         """Stop early reads nobody asked for."""
-        for future in self._early.values():
+        pending: list[asyncio.Future[Any]] = [*self._batches, *self._early.values()]
+        for future in pending:
             future.cancel()
-        for future in self._early.values():
+        for future in pending:
             with contextlib.suppress(BaseException):
                 await future
+        self._batches.clear()
         self._early.clear()
         self._by_name.clear()
 
@@ -217,6 +304,23 @@ class VerifyingStore:
         if size is not None:
             return sha256, size
         return await self._store.digest_object(sha256)
+
+    async def digest_chains(
+        self, chains: Sequence[Sequence[str]]
+    ) -> list[storing.ChainDigest | storing.StoreError | None]:
+        """A chain whose segments were all read early is hashed from those bytes (the bytes
+        the restore writes); any other is read from the store."""
+        found: list[storing.ChainDigest | storing.StoreError | None] = []
+        for names in chains:
+            parts = [await self._objects.read_bytes(name) for name in names]
+            if all(part is not None for part in parts):
+                found.append(await asyncio.to_thread(_chain_digest, parts))
+                continue
+            try:
+                found.append(await object_checks.digest_chain(self._store, names))
+            except storing.StoreError as error:
+                found.append(error)
+        return found
 
     async def put_manifest(self, checkpoint_id: str, data: bytes) -> None:
         await self._store.put_manifest(checkpoint_id, data)

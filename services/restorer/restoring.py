@@ -22,9 +22,11 @@ supervisor starts the harness": verify → registration → native state → sou
   such way (an interactive session) is refused with `TOO_LONG`.
 
 A refusal stops the restore: it never falls back on its own to a weaker kind of continuity.
-Objects are fetched from the store by SHA-256 and hashed as they are read; the Validator's
-verdict on an object read early comes from that same read (`fetching.VerifyingStore`), so
-the bytes written are the bytes verified, and an object read later is hashed again, so bytes
+Objects are fetched from the store by SHA-256 and hashed as they are read (a version 3 file
+or transcript is its chain's segments, joined in order; its bundles are applied in order); the
+Validator's verdict on an object read early comes from that same read
+(`fetching.VerifyingStore`), as does its check of each chain end to end, so the bytes written
+are the bytes verified, and an object read later is hashed again, so bytes
 that changed after the verification are refused (`corrupt_object`), never written.
 
 Three things start while the Validator runs, because they need no verdict and write nothing it
@@ -51,7 +53,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from services.common import directives, logs
-from services.common.checkpoints import reasons, records, storing, validation
+from services.common.checkpoints import chains, reasons, records, storing, validation
 from services.restorer import (
     checkouts,
     fetching,
@@ -337,7 +339,7 @@ class _Run:
         except harness_base.HarnessError as error:
             raise _Stop(str(error)) from None
         files = [
-            harness_base.SessionFile(item["path"], await self._fetch(item))
+            harness_base.SessionFile(item["path"], await self._item(item))
             for item in native["files"]
         ]
         try:
@@ -385,7 +387,7 @@ class _Run:
                 self._version = asyncio.ensure_future(adapter.read_version(self.launch.command[0]))
         try:
             record, _ = records.decode_manifest(manifest or b"")
-            entries = list(records.inventory(record))
+            entries = list(records.stored_objects(record))
             project = self.launch.project(record.get("project", ""))
             captured = record.get("source")
         except (ValueError, KeyError, TypeError, AttributeError):
@@ -416,6 +418,15 @@ class _Run:
             await self._early_clone.discard()
             self._early_clone = None
 
+    async def _item(self, item: Mapping[str, Any]) -> bytes:
+        """A file's or the transcript's bytes: one object (versions 1 and 2) or its chain's
+        segments joined in order (version 3). Each segment is hashed as it is read; the chain
+        as a whole was verified in the verify step, from these same reads."""
+        segments = item.get("segments")
+        if segments is None:
+            return await self._fetch(item)
+        return b"".join([await self._fetch(segment) for segment in segments])
+
     async def _fetch(self, entry: Mapping[str, Any]) -> bytes:
         assert self._objects is not None
         try:
@@ -445,6 +456,8 @@ class _Run:
             bundle=await self._optional(captured.get("bundle")),
             patch=await self._optional(captured.get("patch")),
             untracked=tuple(untracked),
+            # Version 3: incremental bundles, applied in the record's order.
+            bundles=tuple([await self._fetch(b) for b in captured.get("bundles", ())]),
         )
         worktree = self.attempt.worktree
         # The verified bytes are written ahead while the clone is still being made; `apply`
@@ -498,8 +511,10 @@ class _Run:
             adapter.opening_prompt_command(self.launch.command, "")
         except harness_base.HarnessError as error:
             raise _Stop(str(error)) from None
-        transcript = self.record["transcript"]
-        data = await self._fetch(transcript)
+        # Version 3: a transcript that is "the same as" a session file is that file's chain.
+        transcript = chains.transcript_chain(self.record)
+        assert transcript is not None  # the verdict found it with its material
+        data = await self._item(transcript)
         try:
             text = transcripts.continuation_text(data)
         except transcripts.TranscriptError:

@@ -16,7 +16,8 @@ A capture holds what a replacement needs to rebuild the worktree byte for byte:
 
 Applying refuses hostile input before writing anything (unsafe or `.git/` paths in the patch
 or the untracked files, symlinks in an existing worktree leading out), clones the project when
-the worktree has no repository, fetches the bundle, applies the patch to the head commit on a
+the worktree has no repository, fetches the bundles in order (one bundle in schema version 2,
+a chain of incremental ones in version 3: `bundles`), applies the patch to the head commit on a
 scratch index (a patch that does not apply stops here), then puts the branch on the head and
 checks out the head with the patch into index and work tree in one pass (tracked files are
 reset to it, so a retried restore starts over), and writes the untracked files without
@@ -98,7 +99,12 @@ class UntrackedFile:
 
 @dataclasses.dataclass(frozen=True)
 class SourceCapture:
-    """What a restore needs to rebuild a worktree (see the module notes for each field)."""
+    """What a restore needs to rebuild a worktree (see the module notes for each field).
+
+    `bundles` are incremental bundles (schema version 3), applied in order after `bundle`.
+    `rooted` is True when no upstream holds the base: the base is HEAD's root commit and the
+    first bundle carries the whole history.
+    """
 
     repository: str
     branch: str
@@ -108,6 +114,12 @@ class SourceCapture:
     patch: bytes | None = dataclasses.field(repr=False)
     untracked: tuple[UntrackedFile, ...] = ()
     skipped_untracked: int = 0
+    bundles: tuple[bytes, ...] = dataclasses.field(default=(), repr=False)
+    rooted: bool = False
+
+    def all_bundles(self) -> tuple[bytes, ...]:
+        """Every bundle to apply, in order."""
+        return (self.bundle, *self.bundles) if self.bundle is not None else self.bundles
 
 
 def git_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -142,11 +154,29 @@ class _Result:
     out: bytes
 
 
+async def run_git(
+    args: Sequence[str],
+    *,
+    cwd: pathlib.Path,
+    env: Mapping[str, str],
+    stdin: bytes | None = None,
+) -> tuple[int, bytes]:
+    """Run git with the fixed safe configuration; (exit status, stdout). stderr is dropped (it
+    may quote file contents or paths).
+
+    Raises:
+        SourceError: git is not installed.
+    """
+    result = await _git(args, cwd=cwd, env=env, stdin=stdin)
+    return result.code, result.out
+
+
 async def _git(
     args: Sequence[str],
     *,
     cwd: pathlib.Path,
     env: Mapping[str, str],
+    stdin: bytes | None = None,
 ) -> _Result:
     command = ["git"]
     for setting in _CONFIG:
@@ -157,13 +187,13 @@ async def _git(
             *command,
             cwd=cwd,
             env=dict(env),
-            stdin=asyncio.subprocess.DEVNULL,
+            stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
         )
     except FileNotFoundError:
         raise SourceError("source: git is not installed") from None
-    out, _ = await process.communicate()
+    out, _ = await process.communicate(stdin)
     return _Result(process.returncode or 0, out)
 
 
@@ -239,13 +269,18 @@ def _read_untracked(
 
 
 async def capture(
-    worktree: str | os.PathLike[str], *, extra_env: Mapping[str, str] | None = None
+    worktree: str | os.PathLike[str],
+    *,
+    extra_env: Mapping[str, str] | None = None,
+    with_bundle: bool = True,
 ) -> SourceCapture:
     """Capture a worktree's committed, uncommitted and untracked source.
 
     Args:
         worktree: the top of a git worktree.
         extra_env: variables added to git's clean environment.
+        with_bundle: make the one bundle of everything since base (schema version 2); a
+            version 3 capture leaves it out and extends its bundle chain (`bundles`).
 
     Returns:
         The capture (see the module notes for how the base is chosen).
@@ -263,15 +298,18 @@ async def capture(
     branch = await _optional(["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=wt, env=env)
     repository = await _optional(["config", "--get", "remote.origin.url"], cwd=wt, env=env)
     base = await _base(wt, branch, env)
-    bundle: bytes | None
-    if base:
-        bundle = None if base == head else await _bundle(wt, [f"{base}..HEAD"], env)
+    bundle: bytes | None = None
+    rooted = not base
+    if not rooted:
+        if with_bundle and base != head:
+            bundle = await _bundle(wt, [f"{base}..HEAD"], env)
     else:
         roots = (await _optional(["rev-list", "--max-parents=0", "HEAD"], cwd=wt, env=env)).split()
         if not roots:
             raise SourceError("source: history could not be read")
         base = roots[-1]  # the oldest root when histories were merged
-        bundle = await _bundle(wt, ["HEAD"], env)
+        if with_bundle:
+            bundle = await _bundle(wt, ["HEAD"], env)
     diff = await _git_ok(
         [
             "diff",
@@ -308,6 +346,7 @@ async def capture(
         patch=diff or None,
         untracked=untracked,
         skipped_untracked=skipped,
+        rooted=rooted,
     )
 
 
@@ -418,7 +457,7 @@ async def apply(
         if state == "repository":
             _check_paths(wt, patched, "source: unsafe path in patch")
             _check_paths(wt, untracked_paths, "source: unsafe path in untracked files")
-        elif not repository_url and capture.bundle is None:
+        elif not repository_url and not capture.all_bundles():
             raise SourceError("source: no repository to clone")
 
         # Nothing above wrote anything; from here on the worktree changes.
@@ -543,9 +582,11 @@ async def _rebuild(
             await _git_ok(
                 ["init", "--quiet", str(wt)], cwd=scratch, env=env, error="source: init failed"
             )
-    if capture.bundle is not None:
-        bundle_file = scratch / "source.bundle"
-        bundle_file.write_bytes(capture.bundle)
+    for number, bundle in enumerate(capture.all_bundles()):
+        # In order: each incremental bundle's prerequisites are commits the ones before it
+        # brought (or the base), so git refuses a bundle out of order.
+        bundle_file = scratch / f"source-{number}.bundle"
+        bundle_file.write_bytes(bundle)
         await _git_ok(
             [
                 "-c",
@@ -561,6 +602,7 @@ async def _rebuild(
             env=env,
             error="source: bundle does not apply",
         )
+        bundle_file.unlink()
     head = capture.head_commit
     await _git_ok(
         ["cat-file", "-e", f"{head}^{{commit}}"],

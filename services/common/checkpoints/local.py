@@ -246,6 +246,52 @@ class LocalStore:
             storing.check_object_name(name)
         return await asyncio.to_thread(lambda: [_or_error(self._digest, n) for n in names])
 
+    async def objects_exist(self, names: Sequence[str]) -> list[bool | storing.StoreError]:
+        """`object_exists` of each name in one worker thread (a long chain: one hop for all)."""
+        for name in names:
+            storing.check_object_name(name)
+
+        def check_all() -> list[bool | storing.StoreError]:
+            with _ObjectFolders(self._root, self._parts) as folders:
+                return [_or_error(folders.exists, name) for name in names]
+
+        return await asyncio.to_thread(check_all)
+
+    async def read_objects(
+        self, wanted: Sequence[tuple[str, int]]
+    ) -> list[bytes | storing.StoreError | None]:
+        """Small objects read in one worker thread (a long chain's segments: one hop for many),
+        each at most its size plus one byte."""
+        for name, _size in wanted:
+            storing.check_object_name(name)
+
+        def read(folders: _ObjectFolders, name: str, size: int) -> bytes | None:
+            fd = folders.open(name)
+            if fd is None:
+                return None
+            with io.FileIO(fd, "r", closefd=True) as file:
+                return file.read(size + 1)
+
+        def read_all() -> list[bytes | storing.StoreError | None]:
+            with _ObjectFolders(self._root, self._parts) as folders:
+                return [_or_error(read, folders, name, size) for name, size in wanted]
+
+        return await asyncio.to_thread(read_all)
+
+    async def digest_chains(
+        self, chains: Sequence[Sequence[str]]
+    ) -> list[storing.ChainDigest | storing.StoreError | None]:
+        """Each chain's objects hashed in order as one stream, all in one worker thread."""
+        for chain in chains:
+            for name in chain:
+                storing.check_object_name(name)
+
+        def digest_all() -> list[storing.ChainDigest | storing.StoreError | None]:
+            with _ObjectFolders(self._root, self._parts) as folders:
+                return [_or_error(_digest_chain, folders, chain) for chain in chains]
+
+        return await asyncio.to_thread(digest_all)
+
     def _digest(self, sha256: str) -> tuple[str, int] | None:
         fd = self._open_object(sha256)
         if fd is None:
@@ -333,6 +379,74 @@ class LocalStore:
             return _list_at(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+class _ObjectFolders:
+    """The scope's object folders, each opened once (safely, as `_open_dir` does) for many
+    objects read in one worker thread: a 5,000-segment chain would otherwise walk the whole
+    path, a folder at a time, for every segment."""
+
+    def __init__(self, root: pathlib.Path, parts: list[str]) -> None:
+        self._root = root
+        self._parts = parts
+        self._objects: int | None = None
+        self._opened = False
+        self._folders: dict[str, int | None] = {}
+
+    def __enter__(self) -> _ObjectFolders:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in [*self._folders.values(), self._objects]:
+            if fd is not None:
+                os.close(fd)
+
+    def _folder(self, prefix: str) -> int | None:
+        if prefix not in self._folders:
+            if not self._opened:
+                self._opened = True
+                self._objects = _open_dir(self._root, [*self._parts, "objects"], create=False)
+            found = None
+            if self._objects is not None:
+                try:
+                    found = os.open(prefix, _DIR_FLAGS, dir_fd=self._objects)
+                except FileNotFoundError:
+                    found = None
+                except OSError as error:
+                    if error.errno in _LINKS:
+                        raise _unsafe() from None
+                    raise
+            self._folders[prefix] = found
+        return self._folders[prefix]
+
+    def exists(self, sha256: str) -> bool:
+        folder = self._folder(sha256[:2])
+        return folder is not None and _entry_exists(folder, sha256)
+
+    def open(self, sha256: str) -> int | None:
+        folder = self._folder(sha256[:2])
+        return None if folder is None else _open_file(folder, sha256)
+
+
+def _digest_chain(folders: _ObjectFolders, names: Sequence[str]) -> storing.ChainDigest | None:
+    """A chain's objects hashed in order as one stream; None when one is absent."""
+    digest, sizes = hashlib.sha256(), []
+    # One buffer for the whole chain, grown to the largest object (at most one chunk).
+    buffer = bytearray()
+    for name in names:
+        fd = folders.open(name)
+        if fd is None:
+            return None
+        need = min(storing.CHUNK_SIZE, os.fstat(fd).st_size + 1)
+        if len(buffer) < need:
+            buffer = bytearray(need)
+        view, size = memoryview(buffer), 0
+        with io.FileIO(fd, "r", closefd=True) as file:
+            while count := file.readinto(buffer):
+                digest.update(view[:count])
+                size += count
+        sizes.append(size)
+    return storing.ChainDigest(digest.hexdigest(), tuple(sizes))
 
 
 def _list_at(dir_fd: int) -> list[str]:

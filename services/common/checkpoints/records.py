@@ -2,6 +2,8 @@
 
 Pure: no I/O beyond reading the packaged schema once at import.
 The format is docs/swarm-v2/schemas/checkpoint.json; this package holds an identical copy.
+Version 3 stores files, the transcript and committed source as chains (`chains`); its record
+builder is `chained_records.new_record`. `new_record` here writes version 2, whole objects.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from typing import Any, Final
 import jsonschema
 import jsonschema_rs
 
-from services.common.checkpoints import reasons
+from services.common.checkpoints import chains, reasons
 
-SCHEMA_VERSIONS: Final = frozenset({1, 2})
-CURRENT_SCHEMA_VERSION: Final = 2
+SCHEMA_VERSIONS: Final = frozenset({1, 2, 3})
+CURRENT_SCHEMA_VERSION: Final = 3
+WHOLE_OBJECTS_VERSION: Final = 2
+"""The newest version that stores each file, the transcript and the bundle as one object."""
 ROLES: Final = ("transcript", "native_session", "source_bundle", "source_patch", "untracked")
 
 Entry = tuple[str, str, int]
@@ -131,9 +135,9 @@ def check(record: Mapping[str, Any]) -> reasons.Reason | None:
     """Whether `record` satisfies a supported schema version.
 
     Returns:
-        `unsupported_version` for a schema_version other than 1 or 2, `invalid_record` when the
-        record breaks the schema or its own rules (duplicate paths, a head commit without a
-        bundle), None when valid.
+        `unsupported_version` for a schema_version other than 1, 2 or 3, `invalid_record` when
+        the record breaks the schema or its own rules (duplicate paths, a head commit without
+        a bundle, an empty segment beside others), None when valid.
     """
     version = record.get("schema_version")
     if type(version) is not int or version not in SCHEMA_VERSIONS:
@@ -146,6 +150,10 @@ def check(record: Mapping[str, Any]) -> reasons.Reason | None:
 
 
 def _consistent(record: Mapping[str, Any]) -> bool:
+    if chains.dangling(record):
+        return False  # a transcript that is "the same as" a file the record does not hold
+    if any(chains.misplaced_empty_segment(item) for _, item in chains.chained_items(record)):
+        return False
     native = record.get("native") or {}
     paths = [f["path"] for f in native.get("files", [])]
     if len(paths) != len(set(paths)):
@@ -157,7 +165,8 @@ def _consistent(record: Mapping[str, Any]) -> bool:
     if len(paths) != len(set(paths)):
         return False
     # Without a bundle the restore can only check out base_commit, so head must be the same.
-    return source.get("bundle") is not None or source["head_commit"] == source["base_commit"]
+    bundled = bool(source.get("bundles")) or source.get("bundle") is not None
+    return bundled or source["head_commit"] == source["base_commit"]
 
 
 def execution_generation(record: Mapping[str, Any]) -> int:
@@ -168,7 +177,9 @@ def execution_generation(record: Mapping[str, Any]) -> int:
 
 
 def named_objects(record: Mapping[str, Any]) -> Iterator[Entry]:
-    """Every object a section of a schema-valid record names, with the role it plays."""
+    """Every artifact a section of a schema-valid record names, with the role it plays: what
+    the inventory must list. A version 3 chained item (a native session file, the transcript)
+    is named by its whole hash and size; its segments are in `stored_objects`."""
     transcript = record.get("transcript")
     if transcript is not None:
         yield "transcript", transcript["sha256"], transcript["size"]
@@ -178,12 +189,33 @@ def named_objects(record: Mapping[str, Any]) -> Iterator[Entry]:
             yield "native_session", item["sha256"], item["size"]
     source = record.get("source")
     if source is not None:
-        for role, key in (("source_bundle", "bundle"), ("source_patch", "patch")):
-            blob = source.get(key)
-            if blob is not None:
-                yield role, blob["sha256"], blob["size"]
+        if "bundles" in source:
+            bundles = source["bundles"]  # version 3: the bundle chain, in order
+        else:
+            bundles = [] if source.get("bundle") is None else [source["bundle"]]
+        for bundle in bundles:
+            yield "source_bundle", bundle["sha256"], bundle["size"]
+        patch = source.get("patch")
+        if patch is not None:
+            yield "source_patch", patch["sha256"], patch["size"]
         for item in source.get("untracked", []):
             yield "untracked", item["sha256"], item["size"]
+
+
+def stored_objects(record: Mapping[str, Any]) -> Iterator[Entry]:
+    """Every object the store holds for a schema-valid record, with the role of the artifact
+    it belongs to: the inventory of a version 1 or 2 record (each artifact one object); for
+    version 3, each chained item's segments in place of the item, and every other artifact."""
+    if record.get("schema_version") != 3:
+        yield from inventory(record)
+        return
+    chained = {role for role, _ in chains.chained_items(record)}
+    for role, item in chains.chained_items(record):
+        for segment in item["segments"]:
+            yield role, segment["sha256"], segment["size"]
+    for role, sha256, size in named_objects(record):
+        if role not in chained:
+            yield role, sha256, size
 
 
 def inventory(record: Mapping[str, Any]) -> Iterator[Entry]:
@@ -209,7 +241,7 @@ class Summary:
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Summary:
-        """Summarise a schema-valid record (version 1 or 2)."""
+        """Summarise a schema-valid record (any supported version)."""
         native = record.get("native")
         transcript = record.get("transcript")
         return cls(
@@ -337,7 +369,8 @@ def new_record(
     created_at: str | None = None,
     committed: bool = True,
 ) -> dict[str, Any]:
-    """A valid schema version 2 record; continuity is `native` exactly when `native` is given.
+    """A valid schema version 2 record (whole objects); continuity is `native` exactly when
+    `native` is given. Version 3 records are built by `chained_records.new_record`.
 
     The inventory is derived from the sections, so it always agrees with them.
 
@@ -348,7 +381,7 @@ def new_record(
         now = datetime.datetime.now(datetime.UTC)
         created_at = now.strftime("%Y-%m-%dT%H:%M:%SZ")
     record: dict[str, Any] = {
-        "schema_version": CURRENT_SCHEMA_VERSION,
+        "schema_version": WHOLE_OBJECTS_VERSION,
         "checkpoint_id": checkpoint_id,
         "committed": committed,
         "sequence": sequence,

@@ -206,8 +206,45 @@ class BatchedReads(Protocol):
         raised in its place)."""
         ...
 
+    async def objects_exist(self, names: Sequence[str]) -> list[bool | StoreError]:
+        """`object_exists` of each name, in one call, in order (the `StoreError` a name's
+        check raised in its place)."""
+        ...
+
+    async def read_objects(
+        self, wanted: Sequence[tuple[str, int]]
+    ) -> list[bytes | StoreError | None]:
+        """The bytes of each (name, size), in one call, in order: at most `size` plus one byte
+        of each (enough to tell a larger object), None when absent, or the `StoreError` its
+        read raised. Unchecked: the caller hashes them."""
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainDigest:
+    """What a chain's objects hold, read in order: the SHA-256 of their concatenation and
+    each one's size."""
+
+    sha256: str
+    sizes: tuple[int, ...]
+
+
+@runtime_checkable
+class ChainReads(Protocol):
+    """A store that hashes a chain of objects (schema version 3) itself: in one worker thread
+    for a local folder, from reads already made for a restore. Optional: a store without it is
+    read object by object through `read_object`, with the same results."""
+
+    async def digest_chains(
+        self, chains: Sequence[Sequence[str]]
+    ) -> list[ChainDigest | StoreError | None]:
+        """For each chain, in order: its digest, None when one of its objects is absent, or
+        the `StoreError` reading it raised."""
+        ...
+
 
 _BATCHED: dict[type, bool] = {}
+_CHAINED: dict[type, bool] = {}
 
 
 def batched(store: object) -> TypeGuard[BatchedReads]:
@@ -218,6 +255,15 @@ def batched(store: object) -> TypeGuard[BatchedReads]:
     found = _BATCHED.get(kind)
     if found is None:
         found = _BATCHED[kind] = isinstance(store, BatchedReads)
+    return found
+
+
+def chained(store: object) -> TypeGuard[ChainReads]:
+    """Whether `store` hashes chains itself (`ChainReads`), worked out once per store type."""
+    kind = type(store)
+    found = _CHAINED.get(kind)
+    if found is None:
+        found = _CHAINED[kind] = isinstance(store, ChainReads)
     return found
 
 

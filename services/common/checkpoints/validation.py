@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.common.checkpoints import reasons, records, storing
+from services.common.checkpoints import chains, object_checks, reasons, records, storing
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -59,8 +59,8 @@ class _Refusal(Exception):
 
 
 BATCH_BYTES = 4 * 1024 * 1024
-"""A checkpoint whose objects add up to no more than this is hashed in one call of a store with
-`storing.BatchedReads`; larger ones are hashed `concurrency` objects at a time."""
+"""A checkpoint whose objects add up to no more than this is hashed in a few calls of a store
+with `storing.BatchedReads`; larger ones are hashed `concurrency` objects or chains at a time."""
 
 
 class Validator:
@@ -68,7 +68,8 @@ class Validator:
 
     Args:
         store: the attempt's granted store; its scope is the task generation checked.
-        concurrency: objects hashed at once; each holds one read buffer, so memory stays flat.
+        concurrency: objects (or chains of segments) hashed at once; each holds one read
+            buffer, so memory stays flat.
     """
 
     def __init__(self, store: storing.ArtifactStore, *, concurrency: int = 2) -> None:
@@ -93,6 +94,14 @@ class Validator:
         except _Refusal as refusal:
             return Verdict.refused(refusal.reason)
         return Verdict.passed()
+
+    async def checked_record(self, expectation: Expectation) -> Mapping[str, Any] | None:
+        """The record of a checkpoint that passes every record check (its objects unread), or
+        None: what a capture extends its chains from."""
+        try:
+            return await self._record(expectation)
+        except _Refusal:
+            return None
 
     async def summary(self, expectation: Expectation, *, verified: bool) -> records.Summary | None:
         """The summary of a checkpoint that passes (with its objects when `verified`), or None."""
@@ -134,86 +143,12 @@ class Validator:
         return record
 
     async def _check_objects(self, record: Mapping[str, Any]) -> None:
-        wanted: dict[str, set[int]] = {}
-        for _role, sha256, size in records.inventory(record):
-            wanted.setdefault(sha256, set()).add(size)
-        names = sorted(wanted)
-        store = self._store
-        if storing.batched(store) and sum(max(sizes) for sizes in wanted.values()) <= BATCH_BYTES:
-            # Small objects of a local store: hashed all in one call, not one hop each. The
-            # same verdict: a missing object outranks a changed one.
-            digests = await store.digest_objects(names)
-            if any(d is None for d in digests):
-                raise _Refusal(reasons.Reason.MISSING_OBJECT)
-            for name, digest in zip(names, digests, strict=True):
-                # A StoreError in a digest's place (an unsafe path) is a changed object.
-                if (
-                    not isinstance(digest, tuple)
-                    or digest[0] != name
-                    or wanted[name] != {digest[1]}
-                ):
-                    raise _Refusal(reasons.Reason.CORRUPT_OBJECT)
-            return
-
-        # Presence first (cheap), so a missing object is reported as missing whatever else is
-        # wrong, then the hashing, which stops at the first object that does not match.
-        async def present(sha256: str) -> bool:
-            try:
-                return await self._store.object_exists(sha256)
-            except storing.UnsafePath:
-                return True  # something is there; hashing it below refuses it as corrupt
-
-        if not all(await self._each(present, names)):
-            raise _Refusal(reasons.Reason.MISSING_OBJECT)
-
-        async def matches(sha256: str) -> bool:
-            try:
-                digest = await self._store.digest_object(sha256)
-            except storing.UnsafePath:
-                return False
-            if digest is None:
-                raise _Refusal(reasons.Reason.MISSING_OBJECT)
-            return digest[0] == sha256 and wanted[sha256] == {digest[1]}
-
-        await self._each(matches, names, stop=reasons.Reason.CORRUPT_OBJECT)
-
-    async def _each(
-        self,
-        check: Callable[[str], Awaitable[bool]],
-        names: list[str],
-        *,
-        stop: reasons.Reason | None = None,
-    ) -> list[bool]:
-        """`check(name)` for every name, `concurrency` at a time, results in order.
-
-        With `stop`, a false result refuses with that reason and cancels the checks still running.
-        """
-        results = [False] * len(names)
-        queue: Iterator[int] = iter(range(len(names)))
-
-        async def worker() -> None:
-            for index in queue:
-                results[index] = await check(names[index])
-                if stop is not None and not results[index]:
-                    raise _Refusal(stop)
-
-        tasks = [asyncio.create_task(worker()) for _ in range(min(self._concurrency, len(names)))]
-        try:
-            if tasks:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        errors = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
-        refusals = [e.reason for e in errors if isinstance(e, _Refusal)]
-        others = [e for e in errors if not isinstance(e, _Refusal)]
-        if others:
-            raise others[0]
-        if refusals:
-            # A vanished object outranks a changed one, whichever worker saw it first.
-            raise _Refusal(min(refusals, key=lambda r: r is not reasons.Reason.MISSING_OBJECT))
-        return results
+        # BATCH_BYTES is read at each call, so it can be changed for a test.
+        reason = await object_checks.check(
+            self._store, record, concurrency=self._concurrency, batch_bytes=BATCH_BYTES
+        )
+        if reason is not None:
+            raise _Refusal(reason)
 
 
 async def _manifest(store: storing.ArtifactStore, checkpoint_id: str) -> bytes:
@@ -256,6 +191,11 @@ def _check_record(
         raise _Refusal(reasons.Reason.MISSING_WATERMARK)
     if set(records.named_objects(record)) != listed:
         raise _Refusal(reasons.Reason.INVENTORY_MISMATCH)
+    if chains.misreferenced(record) or any(
+        chains.disagrees(item) for _role, item in chains.chained_items(record)
+    ):
+        # A segment dropped or added: the chain no longer adds up to the item it names.
+        raise _Refusal(reasons.Reason.INVENTORY_MISMATCH)
 
 
 def _required_roles(record: Mapping[str, Any]) -> set[str]:
@@ -267,7 +207,7 @@ def _required_roles(record: Mapping[str, Any]) -> set[str]:
     if record["continuity"] == "native":
         required.add("native_session")
     if source is not None:
-        if source.get("bundle") is not None:
+        if source.get("bundle") is not None or source.get("bundles"):
             required.add("source_bundle")
         if source.get("patch") is not None:
             required.add("source_patch")

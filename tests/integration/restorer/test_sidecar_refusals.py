@@ -183,7 +183,7 @@ async def test_corrupt_object(world: World) -> None:
 
 async def test_unsupported_version(world: World) -> None:
     """`unsupported_version`: the record's schema version is not supported."""
-    await _rewrite(world, lambda r: r.update(schema_version=3))
+    await _rewrite(world, lambda r: r.update(schema_version=4))
     await _refused(world, "unsupported_version")
 
 
@@ -275,6 +275,12 @@ async def test_a_project_outside_the_registration_is_refused(world: World) -> No
 
 
 def _context_only(record: dict[str, Any]) -> None:
+    transcript = record["transcript"]
+    if "same_as" in transcript:
+        # Version 3: a transcript that shared the session file's segments now lists them.
+        (shared,) = [f for f in record["native"]["files"] if f["path"] == transcript["same_as"]]
+        del transcript["same_as"]
+        transcript["segments"] = shared["segments"]
     record["continuity"] = "context_only"
     record["native"] = None
     record["inventory"] = [e for e in record["inventory"] if e["role"] != "native_session"]

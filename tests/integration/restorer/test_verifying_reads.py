@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import collections
 import pathlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
@@ -38,6 +38,13 @@ class CountingStore(local.LocalStore):
         self.reads[sha256] += 1
         return super().read_object(sha256, chunk_size)
 
+    async def read_objects(
+        self, wanted: Sequence[tuple[str, int]]
+    ) -> list[bytes | storing.StoreError | None]:
+        # Small objects read many to a call count as read, one each.
+        self.reads.update(sha256 for sha256, _ in wanted)
+        return await super().read_objects(wanted)
+
     async def digest_object(self, sha256: str) -> tuple[str, int] | None:
         self.digests[sha256] += 1
         return await super().digest_object(sha256)
@@ -53,7 +60,7 @@ async def _restore(
     store = CountingStore(root)
     manifest = await store.get_manifest(captured.checkpoint_id)
     assert manifest is not None
-    entries = list(records.inventory(records.decode_manifest(manifest)[0]))
+    entries = list(records.stored_objects(records.decode_manifest(manifest)[0]))
     attempt = restoring.Attempt(scene.worktree, scene.attempt_dir, scene.home)
     events = [
         e

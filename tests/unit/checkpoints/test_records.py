@@ -98,8 +98,9 @@ def test_new_record_refuses_an_unsafe_path() -> None:
 
 
 def test_check_tells_an_unsupported_version_from_an_invalid_record() -> None:
-    """unsupported_version for a version other than 1 or 2; invalid_record for the rest."""
-    assert records.check({"schema_version": 3}) is reasons.Reason.UNSUPPORTED_VERSION
+    """unsupported_version for a version other than 1, 2 or 3; invalid_record for the rest."""
+    assert records.check({"schema_version": 4}) is reasons.Reason.UNSUPPORTED_VERSION
+    assert records.check({"schema_version": 3}) is reasons.Reason.INVALID_RECORD
     assert records.check({"schema_version": 2}) is reasons.Reason.INVALID_RECORD
 
 

@@ -99,7 +99,7 @@ async def test_corrupt_manifest_when_the_record_does_not_match_its_stored_hash()
     assert verdict.reason is Reason.CORRUPT_MANIFEST
 
 
-@pytest.mark.parametrize("version", [0, 3, "2", None, True, 2.0])
+@pytest.mark.parametrize("version", [0, 4, "2", None, True, 2.0])
 async def test_unsupported_version(version: object) -> None:
     """unsupported_version: the record does not name a supported schema version."""
     verdict = await verdict_of(material.native_record(schema_version=version))
