@@ -152,8 +152,13 @@ class Capturer:
                 # The loop outlives one bad capture; the type only, its message may hold paths.
                 logs.event(log, "capture_failed", logging.ERROR, exception=type(error).__name__)
 
-    async def capture(self) -> Captured:
+    async def capture(self, *, final: bool = False) -> Captured:
         """Capture one checkpoint now.
+
+        Args:
+            final: the sidecar's last capture, taken once the worker stopped: reported as
+                final even when nothing changed since the last capture, so the fence names no
+                lost tail.
 
         Raises:
             CaptureError: no store is configured, the source could not be captured, the store
@@ -173,7 +178,8 @@ class Capturer:
                 continuity=captured.continuity,
                 watermark=captured.watermark,
             )
-            await self._report(captured)
+        if captured.written or final:
+            await self._report(captured, final=final)
         return captured
 
     async def _capture(self, store: storing.ArtifactStore) -> Captured:
@@ -386,13 +392,14 @@ class Capturer:
         if verdict.reason is not None:
             raise CaptureError(verdict.reason.value)
 
-    async def _report(self, captured: Captured) -> None:
+    async def _report(self, captured: Captured, *, final: bool = False) -> None:
         if not self._control_addr or not self._credential:
             return
         request = recovery_pb2.ReportCaptureRequest(
             native_session_id=captured.native_session_id or "",
             archive_watermark=captured.watermark,
             checkpoint_id=captured.checkpoint_id,
+            final=final,
         )
         credential = self._credential
         async with grpc.aio.insecure_channel(self._control_addr) as channel:
@@ -421,6 +428,7 @@ class Capturer:
                     execution_id=self._launch.scope.execution_id,
                     checkpoint_id=captured.checkpoint_id,
                     watermark=captured.watermark,
+                    final=final,
                 )
 
 

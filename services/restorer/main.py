@@ -118,6 +118,28 @@ class _Checked(sidecar.RestorerService):
             yield event
 
 
+FINAL_CAPTURE_S = 10.0
+"""How long the final capture may take: within the controller's wait for it (15 s after the
+worker stopped) and the worker Pod's termination grace (30 s)."""
+
+
+async def _final_captures(capturers: Sequence[capturing.Capturer]) -> None:
+    """Capture and report, as final, everything complete the worker wrote; bounded, and never
+    raising (the sidecar ends either way; without a final report the fence says the lost
+    tail's length is unknown)."""
+    for capturer in capturers:
+        try:
+            async with asyncio.timeout(FINAL_CAPTURE_S):
+                await capturer.capture(final=True)
+        except TimeoutError:
+            logs.event(log, "final_capture_failed", logging.WARNING, reason="timeout")
+        except capturing.CaptureError as error:
+            logs.event(log, "final_capture_failed", logging.WARNING, reason=str(error))
+        except Exception as error:
+            # The type only: its message may hold paths.
+            logs.event(log, "final_capture_failed", logging.ERROR, exception=type(error).__name__)
+
+
 async def _serve(
     conf: settings.RestorerSettings,
     capture_interval_s: float,
@@ -164,6 +186,9 @@ async def _serve(
         if exit_with is not None:
             tasks.append(asyncio.create_task(_exit_with(exit_with, stopping), name="exit-with"))
         await rpc.wait_for_termination(5.0, server, stopping=stopping)
+        # SIGTERM (a native sidecar gets it once the worker container stopped, and on a Pod's
+        # termination) or the worker process gone (--exit-with): archive what it completed.
+        await _final_captures(capturers)
     finally:
         for task in [checking, *tasks]:
             task.cancel()

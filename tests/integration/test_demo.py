@@ -103,6 +103,8 @@ async def test_the_demo_tells_its_story_then_stays_up_until_ctrl_c(tmp_path: pat
             "demo.eng-1.1",
             "application_exit",
         )
+        # Issue 21: the sidecar's final capture, once the worker stopped, leaves no lost tail.
+        assert fence["detail"]["lost_tail"] == {"after_watermark": 2, "length": "none"}
         assert "Code: PermissionDenied\n  Message: forbidden_scope" in story
         assert not re.search(r"eyJ[\w-]*\.[\w-]+\.[\w-]+", story), "a credential was printed"
         env_file = tmp_path / ".demo" / "env"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import os
 import pathlib
@@ -17,6 +18,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from services.controller.pods import classifying, local, runtime
+from tests.support import ports
 
 TOKEN = "wk-local-secret-token-0042"
 SLEEPER = ("-c", "import time; time.sleep(60)")
@@ -268,3 +270,47 @@ async def test_a_worker_being_started_is_never_listed_as_failed(workers) -> None
     seen += [a for a in await workers.list_attempts("example") if a.execution_id == "e-starting"]
     assert seen, "the attempt was never listed"
     assert all(a.failure is None and a.alive for a in seen), seen
+
+
+SIDECAR_THEN_EXIT = (
+    "-c",
+    "import subprocess, sys; "
+    "subprocess.Popen([sys.executable, '-c', "
+    "'import os, time\\nwhile not os.path.exists(\"sidecar-done\"): time.sleep(0.05)']); "
+    "sys.exit(3)",
+)
+"""A worker that leaves a child running (as the restorer sidecar does while it takes its final
+capture) and exits 3; the child ends once the file `sidecar-done` exists in the folder."""
+
+
+async def test_a_stopped_worker_waits_for_its_sidecars_final_capture(workers) -> None:
+    """Issue 21: "The controller, seeing a worker container terminated while its sidecar runs,
+    waits a short bounded time for that final report before it fences. Same on the local
+    runtime": while the sidecar runs the attempt is alive with no failure; once it ended, the
+    attempt failed and the watch woke."""
+    await workers.launch(spec("e-1", *SIDECAR_THEN_EXIT))
+    folder = workers._folder("example", "e-1")
+    await ports.eventually(lambda: _exited(folder), timeout=WAKE_S)
+    [attempt] = await workers.list_attempts("example")
+    assert (attempt.failure, attempt.alive) == (None, True)
+    (folder / "sidecar-done").touch()
+    attempt = await settled(workers, "e-1", timeout=WAKE_S)
+    assert (attempt.failure, attempt.alive) == (classifying.FailureReason.APPLICATION_EXIT, False)
+
+
+async def test_a_sidecar_that_never_ends_delays_the_failure_only_so_long(
+    workers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait is bounded: a sidecar still running after `FINAL_CAPTURE_WAIT` no longer holds
+    the failure back."""
+    monkeypatch.setattr(classifying, "FINAL_CAPTURE_WAIT", datetime.timedelta(seconds=1))
+    await workers.launch(spec("e-1", *SIDECAR_THEN_EXIT))
+    folder = workers._folder("example", "e-1")
+    attempt = await settled(workers, "e-1", timeout=WAKE_S)
+    assert (attempt.failure, attempt.alive) == (classifying.FailureReason.APPLICATION_EXIT, False)
+    assert (folder / "exit_code").read_text() == "3"
+    (folder / "sidecar-done").touch()
+
+
+async def _exited(folder: pathlib.Path) -> None:
+    assert (folder / "exit_code").exists()

@@ -216,14 +216,33 @@ class LocalRuntime:
         return found
 
     def _alive(self, key: _Key, state: dict[str, Any]) -> bool:
-        """Whether the worker runs; tracks it for exit wakes when it does."""
+        """Whether the worker runs; tracks it for exit wakes when it does.
+
+        A worker whose wrapper exited still counts as running while its restorer sidecar takes
+        the final capture, for at most `classifying.FINAL_CAPTURE_WAIT` after the exit (as a
+        Pod whose worker container stopped beside a running sidecar): a fence before the
+        sidecar's final report would name a lost tail that is in fact archived."""
         if key in self._starting:
             return True
-        pid, started = state.get("pid"), state.get("started")
-        alive = pid is not None and started is not None and _start_ticks(pid) == started
+        alive = self._running_now(key, state)
         if alive:
             self._track(key, state)
         return alive
+
+    def _running_now(self, key: _Key, state: Mapping[str, Any]) -> bool:
+        pid, started, group = state.get("pid"), state.get("started"), state.get("group")
+        if pid is not None and started is not None and _start_ticks(pid) == started:
+            return True
+        try:
+            stopped = (self._folder(*key) / _EXIT).stat().st_mtime
+        except OSError:
+            return False  # killed with its wrapper: the sidecar went too, nothing to wait for
+        waited = time.time() - stopped
+        return (
+            group is not None
+            and waited < classifying.FINAL_CAPTURE_WAIT.total_seconds()
+            and _group_alive(group)
+        )
 
     def _exit_code(self, key: _Key, state: Mapping[str, Any]) -> int | None:
         """The wrapper's record, None when it never wrote one (killed with its worker)."""
@@ -243,7 +262,7 @@ class LocalRuntime:
         while True:
             await asyncio.sleep(self._poll_interval)
             for key, state in list(self._running.items()):
-                if _start_ticks(state["pid"]) == state["started"]:
+                if self._running_now(key, state):
                     continue
                 self._running.pop(key, None)
                 folder = self._folder(*key)
