@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from services.common import errors, logs, redis_link, revocations, settings, tokens
-from services.controller import metrics, recovering, replacing, sharing
+from services.controller import metrics, recovering, relaying, replacing, sharing
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records
 
@@ -108,6 +108,7 @@ class Hub:
         self.sharing = sharing.Sharing(
             client, self.holder, ttl_ms=lease_ttl_ms, link=self.link, on_swarms=self._found
         )
+        self.relay = relaying.Relay(runtime, self.holder, lambda: self._recoveries)
 
     async def _redis_changed(self, available: bool) -> None:
         self.metrics.redis_available.set(1.0 if available else 0.0)
@@ -195,6 +196,7 @@ class Hub:
             self._following = True
             await self.link.start()
             await self.sharing.start()
+            self.relay.start()
         if await self.link.wait_known(redis_link.START_WAIT_S):
             try:
                 await self._discover()
@@ -254,6 +256,7 @@ class Hub:
         await asyncio.gather(*loops, return_exceptions=True)
         if self._following:
             self._following = False
+            await self.relay.stop()
             await self.sharing.stop()
             await self.link.stop()
 

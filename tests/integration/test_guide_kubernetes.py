@@ -308,7 +308,7 @@ def with_timeouts(script: str) -> str:
 
 
 async def test_the_system_rolls_out_as_the_guide_says(
-    tmp_path: pathlib.Path, s3_bucket: Any
+    tmp_path: pathlib.Path, s3_bucket: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Section 8's apply-and-check block and the controller's rollout, run as written, with the
     workload controllers making the Pods, the kubelet running them on a Pod network, the Service
@@ -362,7 +362,7 @@ async def test_the_system_rolls_out_as_the_guide_says(
             lines = answer.splitlines()
             assert lines[0] == "PONG" and lines[1].startswith("NOAUTH"), answer
             assert (claim / "appendonlydir").is_dir(), sorted(p.name for p in claim.iterdir())
-            await check_through_port_forwards(operator, kubelet)
+            await check_through_port_forwards(operator, kubelet, monkeypatch)
 
 
 def guide_commands(block: str) -> list[str]:
@@ -374,13 +374,16 @@ def terminal(pod: Mapping[str, Any] | None) -> bool:
     return ((pod or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
 
 
-async def check_through_port_forwards(operator: Operator, kubelet: kubelet_module.Kubelet) -> None:
+async def check_through_port_forwards(
+    operator: Operator, kubelet: kubelet_module.Kubelet, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The guide's port-forward block and CLI block, run as written but for the local ports
     (free ones, in place of 50051, 8080 and 50052, which may be taken on this machine): both
     port-forwards start (``Forwarding from``), the controller's and the store's gRPC health
     answer SERVING through them, /healthz and /readyz answer ok, and the CLI applies a swarm
     and shows its status; the controller's worker Pod runs, and its sidecar reaches the
-    controller through the Service (`kubectl logs POD -c restorer` shows its restore)."""
+    controller through the Service (`kubectl logs POD -c restorer` shows its restore). Then
+    the Events the controller posted as it fenced the worker and replaced it (`check_events`)."""
     local = {port: ports.free_port() for port in (50051, 8080, 50052)}
 
     def localized(command: str) -> str:
@@ -427,6 +430,13 @@ async def check_through_port_forwards(operator: Operator, kubelet: kubelet_modul
         pod = operator.emulator.get("pods", worker, NAMESPACE)
         (entry,) = pod["status"]["containerStatuses"]
         assert entry["state"]["terminated"]["exitCode"] == 127, entry
+        # Until now the controller could not list the bucket: moto (in this process) takes the
+        # first label of a Host it does not know, `minio.minio.svc`, for a bucket name (the
+        # virtual-hosted style), so the pass stopped before deciding and the stopped worker's
+        # Pod stayed for `kubectl logs`. From here moto reads the guide's endpoint as a MinIO
+        # does: the pass lists the attempt's checkpoints, records that it awaits a decision
+        # and removes its Pod, as on a cluster.
+        monkeypatch.setenv("MOTO_S3_CUSTOM_ENDPOINTS", "http://minio.minio.svc:9000")
         exports = [line for line in cli.splitlines() if line.startswith("export ")]
         status = localized("\n".join([*exports, "agentihooks swarm example status"]))
 
@@ -435,11 +445,17 @@ async def check_through_port_forwards(operator: Operator, kubelet: kubelet_modul
             assert "eng-1: application_exit  [recovery_pending]  offer: fresh only" in shown
 
         await ports.eventually(fenced, timeout=300, every=1.0)
+        decide = localized("\n".join([*exports, inline_command(DECISION)]))
+        try:
+            await check_events(operator, decide, env)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\ncontroller logs:\n{controller_logs(kubelet)}") from None
     # The controller did it with its service account's token, as rbac.yaml allows, and can do
     # nothing more: a Secret is not its to read.
     emulator = operator.emulator
     controller = f"system:serviceaccount:{NAMESPACE}:agentihooks-controller"
-    for call in ("create pods", "create secrets", "list pods", "watch pods", "list nodes"):
+    calls = ("create pods", "create secrets", "list pods", "watch pods", "list nodes")
+    for call in (*calls, "create events"):
         assert emulator.authorized[f"{controller} {call}"] >= 1, (call, emulator.authorized)
     token = next(iter(emulator.tokens))
     (operator.root / "ca.crt").write_bytes(emulator.ca_pem)
@@ -450,6 +466,105 @@ async def check_through_port_forwards(operator: Operator, kubelet: kubelet_modul
     code, _, err = await kubectl.shell(as_controller, cwd=operator.root, env=operator.env)
     assert code == 1, err
     assert f'secrets is forbidden: User "{controller}" cannot list resource "secrets"' in err, err
+
+
+DECISION = "agentihooks swarm example restore-decision"
+
+
+def controller_logs(kubelet: kubelet_module.Kubelet) -> str:
+    """The controller replicas' log lines about Events (for a failure's message)."""
+    lines = []
+    for path in sorted((kubelet.root / "logs").rglob("*.log")):
+        if "agentihooks-controller" in str(path):
+            text = path.read_text(errors="replace")
+            lines += [f"{path.parent.parent.name}: {ln}" for ln in text.splitlines()]
+    return "\n".join(ln for ln in lines if "event" in ln or "lease" in ln)[-20000:]
+
+
+def guide_output(command: str) -> list[str]:
+    """The lines of the output block that follows section 8's shell block holding `command`."""
+    found = re.search(re.escape(command) + r"\n```\n\n```\n(.*?)```", k8s.section_8(), re.DOTALL)
+    assert found is not None, f"section 8 shows no output after {command!r}"
+    return found.group(1).splitlines()
+
+
+def event_table(lines: list[str], *, described: bool) -> dict[tuple[str, str], list[str]]:
+    """Event rows by (reason, object) from `kubectl get events` (LAST SEEN, TYPE, REASON,
+    OBJECT, MESSAGE) or, `described`, `kubectl describe`'s Events section (Type, Reason, Age,
+    From, Message; the object is the Pod described, "")."""
+    if described:
+        at = lines.index("Events:") if "Events:" in lines else len(lines)
+        lines = lines[at + 1 :]
+    rows: dict[tuple[str, str], list[str]] = {}
+    for line in lines[1:]:
+        cells = re.split(r"\s{2,}", line.strip(), maxsplit=4)
+        if len(cells) == 5 and not set(cells[0]) <= {"-"}:
+            reason, kind = (cells[1], cells[0]) if described else (cells[2], cells[1])
+            rows[reason, "" if described else cells[3]] = [kind, cells[4]]
+    return rows
+
+
+def shows(real: dict[tuple[str, str], list[str]], sample: dict[tuple[str, str], list[str]]) -> None:
+    """Each of the guide's sample rows is in `real`: the same type, and the message up to its
+    first `;` (what follows, the lost tail for one, depends on the moment the worker stopped)."""
+    for key, (kind, message) in sample.items():
+        assert key in real, (key, sorted(real))
+        assert real[key][0] == kind, (key, real[key])
+        assert real[key][1].startswith(message.split(";")[0]), (key, real[key], message)
+
+
+async def check_events(operator: Operator, decide: str, env: Mapping[str, str]) -> None:
+    """Section 8's Events, run as written: after the fence, `kubectl get events` lists `Fenced`
+    and `AwaitingDecision` on the stopped worker's Pod as the guide shows them; after the
+    guide's `restore-decision … fresh`, `kubectl describe pod` on the replacement shows why it
+    exists (`DecisionAccepted`) and `ReplacementLaunched` (its node is cordoned meanwhile, so
+    that it is still there to describe), and once it ran, `get events` shows its
+    `OutcomeVerified` (fresh) as the guide does. The controller posted them in-cluster, through
+    the RBAC of rbac.yaml; no key of keys.env is in any of it."""
+    (listing,) = guide_commands(k8s.shell_block("get events --field-selector"))
+    (describe,) = guide_commands(k8s.shell_block("describe pod example-"))
+    listed_sample = event_table(guide_output(listing), described=False)
+    described_sample = event_table(guide_output(describe), described=True)
+    assert {k[0] for k in listed_sample} == {"Fenced", "AwaitingDecision"}, listed_sample
+    assert {k[0] for k in described_sample} == {
+        "DecisionAccepted",
+        "ReplacementLaunched",
+        "OutcomeVerified",
+    }
+    shown: list[str] = []
+
+    async def listed(*reasons: str) -> dict[tuple[str, str], list[str]]:
+        out = await operator.run(listing)
+        shown.append(out)
+        rows = event_table(out.splitlines(), described=False)
+        assert set(reasons) <= {k[0] for k in rows}, out
+        return rows
+
+    rows = await ports.eventually(lambda: listed("Fenced", "AwaitingDecision"), timeout=300)
+    shows(rows, listed_sample)
+    await operator.run("kubectl cordon node-1")
+    try:
+        applied = await kubectl.succeed(decide, cwd=operator.root, env=env)
+        assert "applied: fresh accepted" in applied, applied
+
+        async def described() -> dict[tuple[str, str], list[str]]:
+            out = await operator.run(describe)
+            shown.append(out)
+            rows = event_table(out.splitlines(), described=True)
+            assert {"DecisionAccepted", "ReplacementLaunched"} <= {k[0] for k in rows}, out
+            return rows
+
+        rows = await ports.eventually(described, timeout=300)
+        shows(rows, {k: v for k, v in described_sample.items() if k[0] != "OutcomeVerified"})
+    finally:
+        await operator.run("kubectl uncordon node-1")
+    replacement = describe.split()[-1]
+    rows = await ports.eventually(lambda: listed("OutcomeVerified"), timeout=300)
+    outcome = described_sample["OutcomeVerified", ""]
+    shows(rows, {("OutcomeVerified", f"pod/{replacement}"): outcome})
+    keys = (operator.root / "deploy/k8s/secrets/keys.env").read_text().splitlines()
+    for key in keys:
+        assert key.split("=", 1)[1] not in "".join(shown)
 
 
 KUBERNETES_SWARM = """\

@@ -171,11 +171,13 @@ async def start_controller(
     check_nodes: bool = False,
     store_addr: str | None = None,
     entry_point: tuple[str, ...] = (),
+    events_timeout: float | None = None,
 ) -> tuple[Controller, grpc.aio.Server]:
     """Start a controller whose workers are Pods on the emulator (`worker_env`: the settings
     its Pods get, as `agentihooks-controller` gives them from its own; `backend`: where it
     lists checkpoints, the local folder `root` by default; `template`: the worker Pod
-    template, the built-in one by default)."""
+    template, the built-in one by default; `events_timeout`: how long one call posting a
+    Kubernetes Event may take, the runtime's default when None)."""
     client = aioredis.Redis.from_url(redis_url)
     runtime = kubernetes.KubernetesRuntime(
         emulator.api_client,
@@ -183,6 +185,7 @@ async def start_controller(
         dict(template) if template is not None else templates.default_pod_template(),
         check_nodes=check_nodes,
         worker_env=worker_env,
+        **({} if events_timeout is None else {"events_timeout": events_timeout}),
     )
     checkpoints = (
         replacing.BackendCheckpoints(backend or local.LocalFolderBackend(root))

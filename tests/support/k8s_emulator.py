@@ -25,6 +25,12 @@ checks what `_validate` checks, not every field):
   Pod spec changes other than images are refused, Secret ``stringData`` is folded into base64
   ``data`` and ``data`` is kept as canonical base64 (line breaks dropped, as the real decoder
   ignores them).
+- Events are one store served under two APIs, as the API server serves them
+  (`tests.support.k8s_events`): ``events.k8s.io/v1`` (create with its checks, get, list, patch
+  and update of the series and labels only, delete; no watch) and core v1 (everything above),
+  each converted from the other, so an Event a controller posts with ``events.k8s.io/v1`` is
+  what ``kubectl get events`` (a Table: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE) and ``kubectl
+  describe pod`` (core v1, by ``involvedObject`` uid, name and namespace) show.
 - Errors are ``Status`` objects with the real reasons and messages (404 ``NotFound``...).
 - Services get a cluster IP (``spec.clusterIP``, kept across updates) from 10.96.0.0/12;
   Endpoints are stored as given. ``pods/NAME/log`` is fetched from the node's kubelet,
@@ -38,9 +44,10 @@ checks what `_validate` checks, not every field):
 
 The Python side lets a test play kubelet, scheduler and node: `K8sEmulator.set_pod_status`,
 `bind_pod`, `add_node`, `set_node_ready`, `remove_node`, `finish_deletion` (with
-``hold_deletions``), `compact`, `drop_watches`, `fail_next` (`clear_faults`),
+``hold_deletions``), `compact`, `drop_watches`, `fail_next` (`clear_faults`), `stall`,
 `bulk_create_pods`, and it counts calls in `K8sEmulator.calls` (keys such as ``"list pods"``,
-``"watch pods"``, ``"patch pods/status"``). To test a watch's consumer, `pause_watches` /
+``"watch pods"``, ``"patch pods/status"``, ``"create events.events.k8s.io"`` for a resource
+served by a group of its own beside core v1). To test a watch's consumer, `pause_watches` /
 `resume_watches` hold events back (a slow watch) and `miss_pod_status` changes a Pod that no
 watch is told of (a missed event). `pause_serving` / `resume_serving` take the API server away
 (connections refused) and bring it back on the same port with everything it stored.
@@ -67,7 +74,7 @@ import socket
 import ssl
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -75,7 +82,7 @@ import pytest_asyncio
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from tests.support import portforward
+from tests.support import k8s_events, portforward
 
 # resource -> (kind, namespaced, group/version): what the controller uses (Pods, Secrets, Nodes)
 # and what `kubectl apply -k deploy/k8s/` creates.
@@ -99,6 +106,9 @@ _KINDS = {
     "clusterrolebindings": ("ClusterRoleBinding", False, "rbac.authorization.k8s.io/v1"),
     "networkpolicies": ("NetworkPolicy", True, "networking.k8s.io/v1"),
 }
+# (group/version, resource) served as a view of a stored resource: Events, stored once as core
+# v1 and also served as events.k8s.io/v1 (converted each way, `tests.support.k8s_events`).
+_VIEWS = {(k8s_events.GROUP_VERSION, "events"): "events"}
 # Subresources served beyond /status: Pod /binding and the workloads' /scale.
 _SCALED = frozenset({"deployments", "statefulsets", "replicasets"})
 _SHORT_NAMES = {
@@ -231,6 +241,7 @@ class K8sEmulator:
         self._faults: dict[str, collections.deque[tuple[int, float | None]]] = (
             collections.defaultdict(collections.deque)
         )
+        self._stalls: dict[str, tuple[float, asyncio.Event]] = {}
         self._clients: list[Any] = []
         self._runner: web.AppRunner | None = None
         self._flowing = asyncio.Event()
@@ -370,6 +381,8 @@ class K8sEmulator:
     async def stop(self) -> None:
         """End every watch, close the clients made here and stop serving."""
         self._flowing.set()
+        for call in list(self._stalls):
+            self.stall(call, None)
         self.drop_watches()
         for api_client in self._clients:
             await api_client.close()
@@ -512,6 +525,23 @@ class K8sEmulator:
         """Forget the failures `fail_next` armed for ``call`` and has not answered with yet."""
         self._faults.pop(call, None)
 
+    def stall(self, call: str, seconds: float | None) -> None:
+        """Answer every call named ``call`` only after ``seconds`` (an overloaded API server);
+        None answers at once again, the calls held now included."""
+        lifted = self._stalls.pop(call, None)
+        if lifted is not None:
+            lifted[1].set()
+        if seconds is not None:
+            self._stalls[call] = (seconds, asyncio.Event())
+
+    async def _stalled(self, call: str) -> None:
+        """Hold a call `stall` names (until its time passes, the stall is lifted or the
+        emulator stops)."""
+        stalled = self._stalls.get(call)
+        if stalled is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stalled[1].wait(), stalled[0])
+
     def bulk_create_pods(self, namespace: str, pods: Iterable[Mapping[str, Any]]) -> int:
         """Store many Pods quickly (no HTTP, status kept as given); returns how many."""
         count = 0
@@ -584,7 +614,7 @@ class K8sEmulator:
                     ],
                 }
             )
-        versions = sorted({v for _, _, v in _KINDS.values() if "/" in v})
+        versions = sorted({v for _, _, v in _KINDS.values() if "/" in v} | {v for v, _ in _VIEWS})
         if request.path == "/apis":
             groups = []
             for version in versions:
@@ -594,13 +624,16 @@ class K8sEmulator:
             return web.json_response({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
         group = request.match_info.get("group")
         version = f"{group}/{request.match_info['version']}" if group else "v1"
-        if version not in {v for _, _, v in _KINDS.values()}:
+        if version not in {v for _, _, v in _KINDS.values()} | {v for v, _ in _VIEWS}:
             return _status(ApiError(404, "the server could not find the requested resource"))
         resources = []
-        for name, (kind, namespaced, gv) in sorted(_KINDS.items()):
+        served = [(name, *kind, False) for name, kind in sorted(_KINDS.items())]
+        served += [(name, *_KINDS[stored][:2], v, True) for (v, name), stored in _VIEWS.items()]
+        for name, kind, namespaced, gv, view in served:
             if gv != version:
                 continue
-            verbs = ["create", "delete", "get", "list", "patch", "update", "watch"]
+            verbs = ["create", "delete", "get", "list", "patch", "update"]
+            verbs += [] if view else ["watch"]  # a view's watch is not served
             resources.append(
                 {
                     "name": name,
@@ -612,6 +645,7 @@ class K8sEmulator:
                 }
             )
             subresources = ["status"] if name not in ("secrets", "configmaps") else []
+            subresources = [] if view else subresources
             subresources += ["binding"] if name == "pods" else []
             subresources += ["scale"] if name in _SCALED else []
             for sub in subresources:
@@ -636,12 +670,15 @@ class K8sEmulator:
     async def _collection(self, request: web.Request) -> web.StreamResponse:
         watch = request.query.get("watch", "").lower() in ("true", "1")
         verb = {"GET": "watch" if watch else "list", "POST": "create"}.get(request.method)
+        if _view_of(request) is not None:
+            return await self._view_collection(request, verb)
         try:
             resource, namespace = self._route(request, item=False)
             if verb is None:
                 raise ApiError(405, f"the server does not allow this method on {resource}")
             self._authorize(request, verb, resource, namespace)
             self._count(f"{verb} {resource}")
+            await self._stalled(f"{verb} {resource}")
             if verb == "watch":
                 return await self._watch(request, resource, namespace)
             if verb == "list":
@@ -655,6 +692,8 @@ class K8sEmulator:
         verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
             request.method, "create" if request.method == "POST" and sub == "binding" else None
         )
+        if _view_of(request) is not None:
+            return await self._view_item(request, verb)
         try:
             resource, namespace = self._route(request, item=True)
             path = f"{resource}/{sub}" if sub else resource
@@ -681,6 +720,7 @@ class K8sEmulator:
             ):
                 raise ApiError(404, "the server could not find the requested resource")
             self._count(f"{verb} {path}")
+            await self._stalled(f"{verb} {path}")
             entry = self._entry(resource, namespace, name)
             if sub == "scale":
                 return await self._scale(request, resource, entry, verb)
@@ -694,6 +734,78 @@ class K8sEmulator:
             if verb == "patch":
                 body = _patch(entry.obj, body, request.content_type)
             return self._json(200, self._update(resource, entry, body, status_only=bool(sub)))
+        except ApiError as exc:
+            return _status(exc)
+
+    async def _view_collection(self, request: web.Request, verb: str | None) -> web.Response:
+        """List or create through a view (`_VIEWS`): Events as events.k8s.io/v1."""
+        group, resource = request.match_info["group"], request.match_info["resource"]
+        namespace = request.match_info.get("namespace")
+        call = f"{verb} {resource}.{group}"
+        try:
+            if verb not in ("list", "create") or (verb == "create" and namespace is None):
+                raise ApiError(405, f"the server does not allow this method on {resource}")
+            self._authorize(request, verb, resource, namespace, group=group)
+            self._count(call)
+            await self._stalled(call)
+            if verb == "list":
+                labels = _parse_labels(request.query.get("labelSelector", ""))
+                fields = _parse_fields(request.query.get("fieldSelector", ""))
+                items = [
+                    shown
+                    for (ns, _), entry in sorted(self._store["events"].items())
+                    if namespace is None or ns == namespace
+                    if _matches(shown := k8s_events.to_v1(entry.obj), labels, fields)
+                ]
+                meta = {"resourceVersion": str(self._rv)}
+                kind = {"kind": "EventList", "apiVersion": k8s_events.GROUP_VERSION}
+                return self._json(200, {**kind, "metadata": meta, "items": items})
+            assert namespace is not None
+            body = await _body(request)
+            if not isinstance(body, dict) or body.get("kind", "Event") != "Event":
+                raise ApiError(400, "the body of the request is not an Event")
+            try:
+                k8s_events.check_create(body, namespace)
+            except k8s_events.Invalid as exc:
+                raise ApiError(422, str(exc)) from None
+            stored = self._create("events", namespace, k8s_events.to_core(body))
+            return self._json(201, k8s_events.to_v1(stored))
+        except ApiError as exc:
+            return _status(exc)
+
+    async def _view_item(self, request: web.Request, verb: str | None) -> web.Response:
+        """Get, patch, update or delete one Event through the events.k8s.io/v1 view."""
+        group, resource = request.match_info["group"], request.match_info["resource"]
+        namespace, name = request.match_info.get("namespace"), request.match_info["name"]
+        call = f"{verb} {resource}.{group}"
+        try:
+            if verb not in ("get", "patch", "update", "delete") or request.match_info.get("sub"):
+                raise ApiError(405, f"the server does not allow this method on {resource}")
+            self._authorize(request, verb, resource, namespace, name, group=group)
+            self._count(call)
+            await self._stalled(call)
+            entry = self._entry("events", namespace, name)
+            if verb == "delete":
+                return self._delete(request, "events", entry, await request.read())
+            old = k8s_events.to_v1(entry.obj)
+            if verb == "get":
+                return self._json(200, old)
+            body = await _body(request)
+            new = _patch(old, body, request.content_type) if verb == "patch" else body
+            if not isinstance(new, dict):
+                raise ApiError(400, "the body of the request is not an Event")
+            try:
+                k8s_events.check_update(old, new, namespace or "")
+            except k8s_events.Invalid as exc:
+                raise ApiError(422, str(exc)) from None
+            core = k8s_events.to_core(new)
+            meta = dict(entry.obj["metadata"])
+            for field in ("labels", "annotations"):
+                meta[field] = (new.get("metadata") or {}).get(field)
+            core["metadata"] = {k: v for k, v in meta.items() if v is not None}
+            if core == entry.obj:
+                return self._json(200, old)
+            return self._json(200, k8s_events.to_v1(self._put("events", entry, core)))
         except ApiError as exc:
             return _status(exc)
 
@@ -825,6 +937,8 @@ class K8sEmulator:
         path: str,
         namespace: str | None,
         name: str | None = None,
+        *,
+        group: str | None = None,
     ) -> None:
         """RBAC for a request bearing a token issued here (a Pod's service account): allowed
         when a rule of a Role bound in the namespace, or of a ClusterRole bound there or
@@ -838,7 +952,8 @@ class K8sEmulator:
             return
         resource = path.split("/")[0]
         version = _KINDS[resource][2]
-        group = version.split("/")[0] if "/" in version else ""
+        if group is None:
+            group = version.split("/")[0] if "/" in version else ""
         user = f"system:serviceaccount:{who[0]}:{who[1]}"
         for rule in self._rules(who, namespace):
             if (
@@ -914,18 +1029,28 @@ class K8sEmulator:
                     break
                 raws.append(entry.raw)
                 last = key
-        if resource == "pods" and "as=Table" in request.headers.get("Accept", ""):
+        if resource in ("pods", "events") and "as=Table" in request.headers.get("Accept", ""):
             shown = [json.loads(raw) for raw in raws]
+            if resource == "events":
+                return self._table(request, shown, token, k8s_events.COLUMNS, k8s_events.cells)
             return self._table(request, shown, token)
         kind, _, version = _KINDS[resource]
         head = f'{{"kind":"{kind}List","apiVersion":"{version}","metadata":{{"resourceVersion":'
         body = b"".join((f'{head}"{self._rv}"{more}}},"items":['.encode(), b",".join(raws), b"]}"))
         return web.Response(body=body, content_type="application/json")
 
-    def _table(self, request: web.Request, pods: list[dict[str, Any]], token: str) -> web.Response:
+    def _table(
+        self,
+        request: web.Request,
+        pods: list[dict[str, Any]],
+        token: str,
+        columns: list[tuple[str, str, int]] | None = None,
+        cells: Callable[[Mapping[str, Any]], list[Any]] | None = None,
+    ) -> web.Response:
         """Pods as a meta.k8s.io/v1 Table, as ``kubectl get pods`` asks for them (server-side
         printing): the columns NAME, READY, STATUS, RESTARTS, AGE (and IP, NODE for ``-o wide``),
-        the rows worked out as the API server's printer does."""
+        the rows worked out as the API server's printer does; or other objects with their own
+        `columns` and `cells` (Events: `k8s_events`)."""
         include = request.query.get("includeObject", "Metadata")
         rows = []
         for pod in pods:
@@ -937,8 +1062,8 @@ class K8sEmulator:
                     "apiVersion": "meta.k8s.io/v1",
                     "metadata": pod["metadata"],
                 }
-            rows.append({"cells": _pod_cells(pod), "object": shown})
-        columns = [
+            rows.append({"cells": (cells or _pod_cells)(pod), "object": shown})
+        columns = columns or [
             ("Name", "string", 0),
             ("Ready", "string", 0),
             ("Status", "string", 0),
@@ -1284,6 +1409,14 @@ class K8sEmulator:
 
 
 # -- selectors, patches, validation -------------------------------------------------------------
+
+
+def _view_of(request: web.Request) -> str | None:
+    """The stored resource a request's group/version and resource are a view of, or None."""
+    group = request.match_info.get("group")
+    if not group:
+        return None
+    return _VIEWS.get((f"{group}/{request.match_info['version']}", request.match_info["resource"]))
 
 
 def _owner_uids(obj: Mapping[str, Any]) -> list[str]:

@@ -43,6 +43,7 @@ from tests.support import kubectl as kubectl_support
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "k8s"
 KUBERNETES_RUNTIME = REPO / "services" / "controller" / "pods" / "kubernetes.py"
+EVENT_RECORDER = REPO / "services" / "controller" / "pods" / "recording.py"
 CONSOLE_SCRIPTS: dict[str, str] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
     "scripts"
 ]
@@ -607,6 +608,32 @@ API_CALLS: dict[tuple[str, str], tuple[str, set[str]]] = {
     ("list_node", "follow"): ("nodes", {"list", "watch"}),  # the one Node watch
 }
 CLUSTER_RESOURCES = {"nodes"}
+# Every EventsV1Api call of services/controller/pods/recording.py (the Events on worker Pods):
+# method -> (resource, verbs), in the API group events.k8s.io.
+EVENT_CALLS: dict[str, tuple[str, set[str]]] = {
+    "create_namespaced_event": ("events", {"create"}),  # an Event's first occurrence
+    "patch_namespaced_event": ("events", {"patch"}),  # its series, when it repeats
+}
+EVENTS_GROUP = "events.k8s.io"
+
+
+def api_method(node: ast.AST, attribute: str) -> str | None:
+    """The method name when `node` is ``self.<attribute>.<method>``."""
+    if (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == attribute
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "self"
+    ):
+        return node.attr
+    return None
+
+
+def event_calls() -> set[str]:
+    """The EventsV1Api methods recording.py uses (every ``self._events.<method>``)."""
+    tree = ast.parse(EVENT_RECORDER.read_text())
+    return {m for node in ast.walk(tree) if (m := api_method(node, "_events")) is not None}
 
 
 def kubernetes_calls() -> set[tuple[str, str]]:
@@ -614,15 +641,7 @@ def kubernetes_calls() -> set[tuple[str, str]]:
     tree = ast.parse(KUBERNETES_RUNTIME.read_text())
 
     def core_method(node: ast.AST) -> str | None:
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Attribute)
-            and node.value.attr == "_core"
-            and isinstance(node.value.value, ast.Name)
-            and node.value.value.id == "self"
-        ):
-            return node.attr
-        return None
+        return api_method(node, "_core")
 
     calls, accounted = set(), set()
     for node in ast.walk(tree):
@@ -645,33 +664,46 @@ def test_rbac_grants_exactly_what_the_controller_calls_need(rendered: Rendered) 
     assert kubernetes_calls() == set(API_CALLS), (
         "the controller's Kubernetes API calls changed: list them in API_CALLS with their verbs"
     )
-    # Only these two modules touch the Kubernetes client, and main.py only to configure it.
+    assert event_calls() == set(EVENT_CALLS), (
+        "the Event recorder's API calls changed: list them in EVENT_CALLS with their verbs"
+    )
+    # Only these modules touch the Kubernetes client (main.py only to configure it), each
+    # with one API: the runtime CoreV1Api, the Event recorder EventsV1Api.
     users = {
         path.relative_to(REPO).as_posix()
         for path in (REPO / "services").rglob("*.py")
         if "kubernetes_asyncio" in path.read_text()
     }
-    assert users == {"services/controller/main.py", "services/controller/pods/kubernetes.py"}
+    assert users == {
+        "services/controller/main.py",
+        "services/controller/pods/kubernetes.py",
+        "services/controller/pods/recording.py",
+    }
     assert "CoreV1Api" not in (REPO / "services/controller/main.py").read_text()
     assert re.findall(r"client\.(\w+Api)\(", KUBERNETES_RUNTIME.read_text()) == ["CoreV1Api"]
+    assert re.findall(r"client\.(\w+Api)\(", EVENT_RECORDER.read_text()) == ["EventsV1Api"]
 
-    needed: dict[str, set[str]] = {}
+    needed: dict[tuple[str, str], set[str]] = {}
     for resource, verbs in API_CALLS.values():
-        needed.setdefault(resource, set()).update(verbs)
+        needed.setdefault(("", resource), set()).update(verbs)
+    for resource, verbs in EVENT_CALLS.values():
+        needed.setdefault((EVENTS_GROUP, resource), set()).update(verbs)
 
-    def granted(role: dict[str, Any]) -> dict[str, set[str]]:
-        found: dict[str, set[str]] = {}
+    def granted(role: dict[str, Any]) -> dict[tuple[str, str], set[str]]:
+        found: dict[tuple[str, str], set[str]] = {}
         for rule in role["rules"]:
-            assert rule["apiGroups"] == [""], rule
+            assert len(rule["apiGroups"]) == 1, rule
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
             for resource in rule["resources"]:
-                found.setdefault(resource, set()).update(rule["verbs"])
+                key = (rule["apiGroups"][0], resource)
+                found.setdefault(key, set()).update(rule["verbs"])
         return found
 
     (role,) = rendered.all("Role")
     (cluster_role,) = rendered.all("ClusterRole")
-    assert granted(role) == {k: v for k, v in needed.items() if k not in CLUSTER_RESOURCES}
-    assert granted(cluster_role) == {k: v for k, v in needed.items() if k in CLUSTER_RESOURCES}
+    assert granted(role) == {k: v for k, v in needed.items() if k[1] not in CLUSTER_RESOURCES}
+    assert granted(cluster_role) == {k: v for k, v in needed.items() if k[1] in CLUSTER_RESOURCES}
+    assert granted(role)[(EVENTS_GROUP, "events")] == {"create", "patch"}
 
     # Bound to the controller's ServiceAccount only; nothing else holds any role.
     (account,) = rendered.all("ServiceAccount")

@@ -171,6 +171,11 @@ class Informer:
         )
         return pods
 
+    def pod(self, name: str) -> classifying.Pod | None:
+        """The Pod named `name` as the watch last showed it (or as just created), or None."""
+        launch = self._launched.get(name)
+        return self._cached(name) or (launch.pod if launch is not None else None)
+
     def node_map(self) -> dict[str, classifying.Node] | None:
         """Nodes by name (a copy), or None without a Node watch."""
         return None if self.nodes is None else dict(self._nodes)

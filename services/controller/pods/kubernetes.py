@@ -46,7 +46,15 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
 from services.common import logs, waiting
-from services.controller.pods import classifying, informing, runtime, templates
+from services.controller.pods import (
+    classifying,
+    event_bodies,
+    informing,
+    notices,
+    recording,
+    runtime,
+    templates,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +130,7 @@ class KubernetesRuntime:
         request_timeout: float = 60.0,
         watch_timeout: int = 300,
         resync_period: float = 300.0,
+        events_timeout: float = recording.TIMEOUT_S,
     ) -> None:
         """Build the runtime; it borrows the client and never closes it.
 
@@ -140,6 +149,7 @@ class KubernetesRuntime:
             watch_timeout: Seconds the API server keeps one watch open before we renew it.
             resync_period: Seconds between two lists of the shared watches (a backstop: a
                 watch that works misses nothing).
+            events_timeout: Seconds for one call posting an Event (`recording`).
         """
         self._api_client = api_client
         self._core = client.CoreV1Api(api_client)
@@ -156,11 +166,17 @@ class KubernetesRuntime:
         self._departed: collections.OrderedDict[informing.Key, classifying.Pod] = (
             collections.OrderedDict()
         )
-        self._removed: collections.OrderedDict[informing.Key, None] = collections.OrderedDict()
+        # Attempts removed here, with their Pod's uid when known (their Events still name it).
+        self._removed: collections.OrderedDict[informing.Key, str | None] = (
+            collections.OrderedDict()
+        )
         self._informer: informing.Informer | None = None
         self._watch_client: client.ApiClient | None = None
         self._reflectors: list[asyncio.Task[None]] = []
         self._health = _Health(_address(api_client.configuration.host))
+        self._recorder = recording.EventRecorder(
+            api_client, namespace, self._pod_ref, timeout_s=events_timeout
+        )
         self._closed = False
 
     @property
@@ -310,6 +326,11 @@ class KubernetesRuntime:
         existing = orjson.loads(body)
         if status < 300 and self._informer is not None:
             self._informer.launched(existing, time.monotonic())
+        if status < 300:
+            notice = notices.launched(spec.swarm, spec.seat, spec.execution_id, spec.generation)
+            if notice is not None:
+                pod_ref = event_bodies.PodRef(name, existing["metadata"].get("uid"))
+                self._recorder.record(notice, regarding=pod_ref)
         labels = existing["metadata"].get("labels") or {}
         if (labels.get(runtime.LABEL_SWARM), labels.get(runtime.LABEL_EXECUTION)) != (
             spec.swarm,
@@ -344,7 +365,7 @@ class KubernetesRuntime:
     async def remove(self, swarm: str, execution_id: str) -> None:
         """Delete the attempt's Pod (no grace: the fence already took its authority) and Secret."""
         key = (swarm, execution_id)
-        informing.remember(self._removed, key, None)
+        informing.remember(self._removed, key, self._pod_ref(swarm, execution_id).uid)
         self._departed.pop(key, None)
         options = Body(gracePeriodSeconds=0, propagationPolicy="Background")
         await _both(
@@ -367,9 +388,33 @@ class KubernetesRuntime:
             ),
         )
 
+    def start_recording(self, instance: str) -> None:
+        """Post Kubernetes Events for notices from now on, as `instance` (see `recording`)."""
+        self._recorder.start(instance)
+
+    def record(self, notice: notices.Notice, regarding: event_bodies.PodRef | None = None) -> None:
+        """Post an Event on the notice's Pod, best effort: never blocks, never raises."""
+        self._recorder.record(notice, regarding=regarding)
+
+    async def stop_recording(self) -> None:
+        """Stop posting Events (what is still queued is dropped)."""
+        await self._recorder.aclose()
+
+    def _pod_ref(self, swarm: str, execution_id: str) -> event_bodies.PodRef:
+        """An attempt's Pod, with the uid the watch showed (or this runtime created, or the
+        cluster deleted, or this runtime removed), for its Events."""
+        name = templates.pod_name(swarm, execution_id)
+        key = (swarm, execution_id)
+        pod = self._informer.pod(name) if self._informer is not None else None
+        if pod is None:
+            pod = self._departed.get(key)
+        uid = (pod or {}).get("metadata", {}).get("uid") or self._removed.get(key)
+        return event_bodies.PodRef(name, uid)
+
     async def aclose(self) -> None:
         """End every watch of this runtime, stop the shared watches and close their pool."""
         self._closed = True
+        await self._recorder.aclose()
         informer, self._informer = self._informer, None
         if informer is not None:
             informer.close()

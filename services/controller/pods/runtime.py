@@ -20,7 +20,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Protocol, runtime_checkable
 
-from services.controller.pods import classifying
+from services.controller.pods import classifying, notices
 
 LABEL_SWARM = "agentihooks.io/swarm"
 LABEL_SEAT = "agentihooks.io/seat"
@@ -189,6 +189,25 @@ class Reachable(Protocol):
 
     def subscribe(self, subscriber: AvailabilitySubscriber) -> None:
         """Call `subscriber` on every change of `api_available` (not with the state now)."""
+        ...
+
+
+@runtime_checkable
+class Recording(Protocol):
+    """A runtime that tells the cluster's own tools what happened to its workers (Kubernetes
+    Events on the worker Pods, shown by ``kubectl describe pod``). Best effort: `record` never
+    blocks and never raises, so no recovery step waits for it or fails with it."""
+
+    def start_recording(self, instance: str) -> None:
+        """Record from now on, as `instance` (this process's holder id)."""
+        ...
+
+    def record(self, notice: notices.Notice) -> None:
+        """Record one notice on its attempt's worker."""
+        ...
+
+    async def stop_recording(self) -> None:
+        """Stop recording (what is not recorded yet is dropped)."""
         ...
 
 
