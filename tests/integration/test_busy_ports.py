@@ -43,6 +43,17 @@ def _env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
     }
 
 
+def _controller_env(tmp_path: pathlib.Path, redis_url: str) -> dict[str, str]:
+    return _env(
+        tmp_path,
+        REDIS_URL=redis_url,
+        OPERATOR_TOKEN=cs.OPERATOR_TOKEN,
+        WORKER_IMAGE=cs.IMAGE,
+        RUNTIME="local",
+        WORKDIR=str(tmp_path / "workers"),
+    )
+
+
 async def _run(*argv: str, env: dict[str, str]) -> tuple[int, str]:
     """Run an entry point to its end; its exit code and standard error."""
     proc = await asyncio.create_subprocess_exec(
@@ -125,14 +136,7 @@ async def test_the_controllers_grpc_port_in_use_is_refused_in_one_line(
     """The controller's gRPC port taken: exit 1 naming it and `--listen or
     AGENTIHOOKS_CONTROL_ADDR`, no traceback."""
     _, addr = held
-    env = _env(
-        tmp_path,
-        REDIS_URL=redis_url,
-        OPERATOR_TOKEN=cs.OPERATOR_TOKEN,
-        WORKER_IMAGE=cs.IMAGE,
-        RUNTIME="local",
-        WORKDIR=str(tmp_path / "workers"),
-    )
+    env = _controller_env(tmp_path, redis_url)
     code, err = await _run(
         "services.controller.main",
         "--listen",
@@ -153,14 +157,7 @@ async def test_the_controllers_http_port_in_use_is_refused_in_one_line(
     """The controller's HTTP port taken: exit 1 naming it and `--http or
     AGENTIHOOKS_HTTP_ADDR`; no `OSError: [Errno 98]` traceback."""
     _, addr = held
-    env = _env(
-        tmp_path,
-        REDIS_URL=redis_url,
-        OPERATOR_TOKEN=cs.OPERATOR_TOKEN,
-        WORKER_IMAGE=cs.IMAGE,
-        RUNTIME="local",
-        WORKDIR=str(tmp_path / "workers"),
-    )
+    env = _controller_env(tmp_path, redis_url)
     code, err = await _run(
         "services.controller.main",
         "--listen",
