@@ -15,7 +15,10 @@ restore/baseline (the machines are shared: a round's pair sees the same load).
 
 A second case, `restore_chain`, restores the same worktree with a 5,000-segment session (5 MiB
 captured with 1 KiB segments: the chain a long session of small appends leaves), so every
-segment is fetched, hashed, verified as part of its chain and joined; same baseline. Before each
+segment is fetched, hashed, verified as part of its chain and joined; same baseline. As the
+writer lays such a chain out, its record names a few chain index objects (`chain_indexes`), not
+the 5,000 segments: the restore reads the index objects (about 1,250, mostly small), then the
+segments they list. Before each
 timed run the file system is synced (not timed), so neither starts while the writes of the
 one before are still being flushed; the pair's order alternates from round to round, so
 neither always goes first; and no tree is deleted until every round has run (about 4 GiB of
@@ -42,6 +45,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "services" / "proto")]
 
 from services.common import directives, settings  # noqa: E402
+from services.common.checkpoints import backends, index_reading, records, storing  # noqa: E402
 from services.restorer import capturing, fetching, launching, restoring  # noqa: E402
 from services.restorer.harness import claude_code  # noqa: E402
 
@@ -183,7 +187,7 @@ async def measure(
     attempt = restoring.Attempt(worktree, worktree.parent, home)
     capturer = capturing.Capturer(fenced, attempt, storage, segment_bytes=segment_bytes)
     captured = await capturer.capture()
-    segments = segment_count(tmp / "store", captured.checkpoint_id)
+    segments, runs = await segment_count(tmp / "store", captured.checkpoint_id)
     directive = directives.Directive(
         captured.checkpoint_id, directives.Continuity.NATIVE, SESSION_ID, captured.watermark
     )
@@ -209,7 +213,7 @@ async def measure(
     files = COMMITTED_FILES + UNTRACKED_FILES
     print(
         f"{name}: worktree {total / 2**20:.0f} MiB in {files} files, {ROUNDS} rounds, "
-        f"session in {segments} segment(s)"
+        f"session in {segments} segment(s), the record naming {runs} index object(s)"
     )
     print("restore  s: " + ", ".join(f"{s:.3f}" for s in restores))
     print("baseline s: " + ", ".join(f"{s:.3f}" for s in baselines) + " (git clone + tar)")
@@ -218,11 +222,22 @@ async def measure(
     print(f"RESULT {name} ratio={ratio:.3f} target={TARGET} {verdict}")
 
 
-def segment_count(store: pathlib.Path, checkpoint_id: str) -> int:
-    """How many segments the session file of a stored checkpoint has."""
-    manifest = next(store.rglob(f"{checkpoint_id}.json"))
-    record = json.loads(manifest.read_bytes())["record"]
-    return len(record["native"]["files"][0].get("segments", [None]))
+async def segment_count(store: pathlib.Path, checkpoint_id: str) -> tuple[int, int]:
+    """How many segments the session file of a stored checkpoint has, and how many index
+    objects its record names directly."""
+    backend = backends.open_backend(str(store), None, None)
+    assert backend is not None
+    try:
+        scoped = backend.scoped(storing.StoreScope("bench", "t-1", 1))
+        data = await scoped.get_manifest(checkpoint_id)
+        record, _ = records.decode_manifest(data or b"")
+        expanded = await index_reading.expand(scoped, record)
+    finally:
+        await backend.aclose()
+    if isinstance(expanded, index_reading.Reason):
+        raise SystemExit(f"the captured checkpoint does not read: {expanded}")
+    item = record["native"]["files"][0]
+    return len(expanded["native"]["files"][0]["segments"]), len(item.get("index", ()))
 
 
 async def main() -> None:

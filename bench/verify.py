@@ -5,7 +5,9 @@ Two checkpoints in a temporary local folder store, each 256 MiB of random bytes:
 - `verify`: 8 objects of 32 MiB (a version 2 record: each session file one object);
 - `verify_chain`: one session of 5,000 segments of about 52 KiB (a version 3 record, as a long
   session of appends leaves it: the transcript is the same chain), verified segment by segment
-  and end to end.
+  and end to end, every segment listed in the record (as records before index objects list them);
+- `verify_chain_indexed`: the same session as the writer lays it out now, its segments kept in
+  chain index objects (`chain_indexes.fold`) that the Validator reads, checks and lists first.
 
 The baseline is hashlib.sha256 over the same files, read with the same chunk size, one after the
 other, in the same run and with the same warm page cache. Each side runs a few times and keeps
@@ -26,7 +28,15 @@ import tempfile
 import time
 from collections.abc import AsyncIterator
 
-from services.common.checkpoints import chained_records, chains, local, records, storing, validation
+from services.common.checkpoints import (
+    chain_indexes,
+    chained_records,
+    chains,
+    local,
+    records,
+    storing,
+    validation,
+)
 
 TARGET = 1.25
 OBJECTS = 8
@@ -74,8 +84,11 @@ async def _prepare(root: pathlib.Path) -> tuple[storing.ArtifactStore, list[path
     return store, files
 
 
-async def _prepare_chain(root: pathlib.Path) -> tuple[storing.ArtifactStore, list[pathlib.Path]]:
-    """Write a 5,000-segment session and its version 3 record; return the store and files."""
+async def _prepare_chain(
+    root: pathlib.Path, *, indexed: bool = False
+) -> tuple[storing.ArtifactStore, list[pathlib.Path]]:
+    """Write a 5,000-segment session and its version 3 record; return the store and files
+    (with `indexed`, the index objects too: the Validator reads them as well)."""
     store = local.LocalFolderBackend(root).scoped(SCOPE)
     whole, segments = hashlib.sha256(), []
     for _ in range(SEGMENTS):
@@ -87,6 +100,14 @@ async def _prepare_chain(root: pathlib.Path) -> tuple[storing.ArtifactStore, lis
         )
         segments.append(chains.Segment(blob.sha256, blob.size))
     chain = chains.Chain(whole.hexdigest(), SEGMENTS * SEGMENT_SIZE, tuple(segments))
+    names = [s.sha256 for s in segments]
+    if indexed:
+        chain, made = chain_indexes.fold(chain)
+        for run, data in made:
+            await store.put_object(
+                _chunks(data), sha256=run.sha256, size=run.size, max_size=run.size
+            )
+            names.append(run.sha256)
     record = chained_records.new_record(
         checkpoint_id="ckpt-chain",
         sequence=2,
@@ -100,7 +121,7 @@ async def _prepare_chain(root: pathlib.Path) -> tuple[storing.ArtifactStore, lis
         ),
     )
     await store.put_manifest("ckpt-chain", records.encode_manifest(record))
-    files = [root / SCOPE.prefix / "objects" / s.sha256[:2] / s.sha256 for s in segments]
+    files = [root / SCOPE.prefix / "objects" / name[:2] / name for name in names]
     return store, files
 
 
@@ -152,6 +173,9 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
         store, files = await _prepare_chain(pathlib.Path(tmp) / "chain")
         await _case("verify_chain", "ckpt-chain", store, files)
+    with tempfile.TemporaryDirectory(prefix="bench-verify-") as tmp:
+        store, files = await _prepare_chain(pathlib.Path(tmp) / "indexed", indexed=True)
+        await _case("verify_chain_indexed", "ckpt-chain", store, files)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of the whole run (includes writing the objects): {peak:.0f} MiB")
 

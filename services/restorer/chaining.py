@@ -11,6 +11,11 @@ stored whole again, `chains.extend`), committed source extends its bundle chain
 (`bundles.extend`), and untracked files and the patch stay one object each. Only objects the
 previous record does not list are uploaded: that record was written after every object it
 lists, and checkpoint objects are never deleted.
+
+A chain's inline segments are folded into index objects once enough of them wait
+(`chain_indexes.fold`): the new index objects are uploaded with the new segments, and the record
+names the index objects, so it grows with the logarithm of a chain's segments, not with their
+number. Extending a chain needs only the previous record: its runs are kept as they are.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from services.common.checkpoints import (
+    chain_indexes,
     chained_records,
     chains,
     records,
@@ -177,7 +183,11 @@ async def lay_out(
         for segment, data in extension.new:
             if segment.sha256 not in last.stored:
                 uploads.setdefault(segment.sha256, bytes(data))
-        return extension.chain
+        chain, made = chain_indexes.fold(extension.chain)
+        for run, index in made:
+            if run.sha256 not in last.stored:
+                uploads.setdefault(run.sha256, index)
+        return chain
 
     transcript = keep(await chainer.extend(last.transcript, archive, records.Blob.of(archive)))
     chained = tuple(

@@ -299,6 +299,12 @@ class VerifyingStore:
     ) -> AsyncIterator[bytes]:
         return self._store.read_object(sha256, chunk_size)
 
+    async def known_bytes(self, sha256: str) -> bytes | None:
+        """The bytes of an early read of `sha256` that matched its hash, else None (see
+        `index_reading.KnownBytes`: index objects read once serve the Validator and the
+        restore)."""
+        return await self._objects.read_bytes(sha256)
+
     async def digest_object(self, sha256: str) -> tuple[str, int] | None:
         size = await self._objects.read_size(sha256)
         if size is not None:

@@ -23,7 +23,8 @@ supervisor starts the harness": verify → registration → native state → sou
 
 A refusal stops the restore: it never falls back on its own to a weaker kind of continuity.
 Objects are fetched from the store by SHA-256 and hashed as they are read (a version 3 file
-or transcript is its chain's segments, joined in order; its bundles are applied in order); the
+or transcript is its chain's segments, joined in order, a long chain's listed from its index
+objects first, `index_reading`; its bundles are applied in order); the
 Validator's verdict on an object read early comes from that same read
 (`fetching.VerifyingStore`), as does its check of each chain end to end, so the bytes written
 are the bytes verified, and an object read later is hashed again, so bytes
@@ -53,7 +54,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from services.common import directives, logs
-from services.common.checkpoints import chains, reasons, records, storing, validation
+from services.common.checkpoints import chains, index_reading, reasons, records, storing, validation
 from services.restorer import (
     checkouts,
     fetching,
@@ -274,7 +275,9 @@ class _Run:
         assert self._objects is not None
         verifying = self._objects.verifying_store()
         try:
-            self._start_early(await self.store.get_manifest(checkpoint_id))
+            manifest = await self.store.get_manifest(checkpoint_id)
+            self._start_early(manifest)
+            await self._read_indexed_early(verifying, manifest)
             validator = validation.Validator(verifying, concurrency=VERIFY_CONCURRENCY)
             verdict = await validator.verify(expectation)
         except Exception as error:  # any storage failure ends in one refusal
@@ -298,7 +301,16 @@ class _Run:
             # The directive names a cursor this checkpoint does not hold: it is not the record
             # the directive names (closest row: identity_mismatch).
             raise _Stop(reasons.Reason.IDENTITY_MISMATCH)
-        self.record = record
+        # Version 3 chains kept in index objects, listed in full from the index objects the
+        # Validator read (early reads: no second read), each hashed again if read anew.
+        try:
+            expanded = await index_reading.expand(verifying, record)
+        except Exception as error:  # see above
+            logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
+            raise _Stop(Refusal.STORE_UNAVAILABLE) from None
+        if isinstance(expanded, reasons.Reason):
+            raise _Stop(expanded.value)
+        self.record = expanded
         return True
 
     async def _registration(self) -> bool:
@@ -404,6 +416,35 @@ class _Run:
         repository = project.repository if project is not None else ""
         if isinstance(captured, dict) and repository and checkouts.is_empty(self.attempt.worktree):
             self._early_clone = checkouts.EarlyClone(self.attempt.attempt_dir, repository)
+
+    async def _read_indexed_early(
+        self, verifying: fetching.VerifyingStore, manifest: bytes | None
+    ) -> None:
+        """For chains kept in index objects (version 3): read the index objects (started
+        early by `_start_early`), then start reading the segments they list, so the
+        Validator's end-to-end check of each chain and the restore share one read of each
+        segment. Reads only: an index object that cannot be used is left to the Validator,
+        which refuses it with its reason."""
+        wanted = {"native_session"} if self.directive.recovery is Continuity.NATIVE else set()
+        if self.directive.recovery is Continuity.RECONSTRUCTED:
+            wanted.add("transcript")
+        try:
+            record, _ = records.decode_manifest(manifest or b"")
+            if not index_reading.indexed(record):
+                return
+            expanded = await index_reading.expand(verifying, record)
+            if isinstance(expanded, reasons.Reason):
+                return
+            segments = [
+                (segment["sha256"], segment["size"])
+                for role, item in chains.chained_items(expanded)
+                if role in wanted
+                for segment in item["segments"]
+            ]
+        except Exception:  # an unverified record of any shape, or a store failing: the
+            return  # Validator, next, judges both
+        assert self._objects is not None
+        self._objects.read_early(segments)
 
     async def close(self) -> None:
         """Stop early work nobody used: reads, and a clone the worktree did not adopt."""

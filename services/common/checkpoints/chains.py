@@ -6,7 +6,10 @@ item's first bytes still hash to the previous whole hash, the previous segments 
 new bytes become new segments (split at a size limit); otherwise the item was rewritten (a
 compacted session, a compressed rollout) and it is stored whole again as a new chain.
 
-Every record lists every segment of every chain, so a record needs no other record to restore.
+A long chain is not listed segment by segment: its segments, in runs, are kept in
+content-addressed index objects (`chain_indexes`), and a record names those (`Chain.runs`, a
+record's `index`) and lists inline only the segments not yet in a run (`Chain.segments`, a
+record's `segments`). A record still needs no other record to restore: only objects.
 
 Pure: no I/O.
 """
@@ -42,12 +45,29 @@ class Segment:
 
 
 @dataclasses.dataclass(frozen=True)
+class Run:
+    """An index object of a chain (`chain_indexes`): its name and size, its `level` (1 lists
+    segments, each higher level lists runs of the level below) and the chain bytes it covers."""
+
+    sha256: str
+    size: int
+    level: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        """The run as a record's `index` names it."""
+        return {"sha256": self.sha256, "size": self.size, "level": self.level, "bytes": self.bytes}
+
+
+@dataclasses.dataclass(frozen=True)
 class Chain:
-    """A chained item: its whole SHA-256 and size, and its segments in order."""
+    """A chained item: its whole SHA-256 and size, and its parts in order: the segments in
+    `runs` (index objects) first, then `segments`, listed inline."""
 
     sha256: str
     size: int
     segments: tuple[Segment, ...]
+    runs: tuple[Run, ...] = ()
 
     @classmethod
     def from_json(cls, item: Mapping[str, Any]) -> Chain:
@@ -55,16 +75,21 @@ class Chain:
         return cls(
             item["sha256"],
             item["size"],
-            tuple(Segment(s["sha256"], s["size"]) for s in item["segments"]),
+            tuple(Segment(s["sha256"], s["size"]) for s in item.get("segments", ())),
+            tuple(
+                Run(r["sha256"], r["size"], r["level"], r["bytes"]) for r in item.get("index", ())
+            ),
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The chain's fields as a record holds them (whole hash, size, segments)."""
-        return {
-            "sha256": self.sha256,
-            "size": self.size,
-            "segments": [s.to_json() for s in self.segments],
-        }
+        """The chain's fields as a record holds them (whole hash, size, index, segments); an
+        indexed chain whose segments are all in runs lists no inline segments."""
+        out: dict[str, Any] = {"sha256": self.sha256, "size": self.size}
+        if self.runs:
+            out["index"] = [r.to_json() for r in self.runs]
+        if self.segments or not self.runs:
+            out["segments"] = [s.to_json() for s in self.segments]
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +132,10 @@ def extend(previous: Chain | None, data: bytes, limit: int = SEGMENT_BYTES) -> E
             whole.update(view[previous.size :])
             new = _split(view, previous.size, limit)
             chain = Chain(
-                whole.hexdigest(), len(view), previous.segments + tuple(s for s, _ in new)
+                whole.hexdigest(),
+                len(view),
+                previous.segments + tuple(s for s, _ in new),
+                previous.runs,
             )
             return Extension(chain, new, True)
     new = _split(view, 0, limit) or ((Segment(EMPTY_SHA256, 0), view[:0]),)
@@ -138,11 +166,9 @@ def transcript_chain(record: Mapping[str, Any]) -> Mapping[str, Any] | None:
     files = (record.get("native") or {}).get("files", [])
     for item in files:
         if item["path"] == transcript["same_as"]:
-            return {
-                "sha256": transcript["sha256"],
-                "size": transcript["size"],
-                "segments": item["segments"],
-            }
+            found = {"sha256": transcript["sha256"], "size": transcript["size"]}
+            found.update({k: item[k] for k in ("index", "segments") if k in item})
+            return found
     return None
 
 
@@ -170,20 +196,32 @@ def chained_items(record: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str,
             yield "native_session", item
 
 
+def listed(item: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+    """(sha256, size) of every object a chained item names in the record itself: its index
+    objects (`index`), then its inline segments. The segments an index object lists are named
+    there, not here (`index_reading` reads them)."""
+    for run in item.get("index", ()):
+        yield run["sha256"], run["size"]
+    for segment in item.get("segments", ()):
+        yield segment["sha256"], segment["size"]
+
+
 def misplaced_empty_segment(item: Mapping[str, Any]) -> bool:
     """Whether a chain holds an empty segment beside others (an empty item is one empty
-    segment; anywhere else an empty segment only pads the chain)."""
-    segments = item["segments"]
-    return len(segments) > 1 and any(s["size"] == 0 for s in segments)
+    segment; anywhere else, an indexed chain included, an empty segment only pads it)."""
+    segments = item.get("segments", ())
+    others = len(segments) > 1 or "index" in item
+    return others and any(s["size"] == 0 for s in segments)
 
 
 def disagrees(item: Mapping[str, Any]) -> bool:
-    """Whether a chain contradicts itself without reading a byte: its segments do not add up
-    to its whole size, or its one segment is not the whole item."""
-    segments = item["segments"]
-    if sum(s["size"] for s in segments) != item["size"]:
+    """Whether a chain contradicts itself without reading a byte: its runs and inline
+    segments do not add up to its whole size, or its one segment is not the whole item."""
+    segments = item.get("segments", ())
+    runs = item.get("index", ())
+    if sum(r["bytes"] for r in runs) + sum(s["size"] for s in segments) != item["size"]:
         return True
-    return len(segments) == 1 and segments[0]["sha256"] != item["sha256"]
+    return not runs and len(segments) == 1 and segments[0]["sha256"] != item["sha256"]
 
 
 def misreferenced(record: Mapping[str, Any]) -> bool:

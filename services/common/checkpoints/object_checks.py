@@ -11,6 +11,12 @@ through the granted store:
 - `inventory_mismatch`: a chain (schema version 3) whose segments are each intact but, read in
   order, do not make the item the record names (a segment swapped, reordered or dropped).
 
+A chain that names index objects (`chain_indexes`) is first listed in full by reading them
+(`index_reading.expand`: each one hashed, parsed, and its runs' bytes added up, with the same
+reasons, and `invalid_record` for an intact index object that is not one); then every segment
+is checked as above. When an index object cannot be used, an object the record names directly
+that is missing still outranks that reason.
+
 A chain of two or more segments is read as one stream and hashed once. When its bytes, in
 order, hash to its whole SHA-256 and each segment has its recorded size, each segment holds the
 very bytes its writer named it after (the whole hash was taken over those bytes), so hashing
@@ -32,7 +38,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from services.common.checkpoints import chains, reasons, records, storing
+from services.common.checkpoints import chains, index_reading, reasons, records, storing
 
 Reason = reasons.Reason
 _HASH_IN_THREAD = 64 * 1024
@@ -77,6 +83,24 @@ async def check(
         batch_bytes: a checkpoint of at most this many bytes in a store with
             `storing.BatchedReads` is hashed in a few calls rather than one per object.
     """
+    expanded = await index_reading.expand(store, record, concurrency=concurrency)
+    if isinstance(expanded, Reason):
+        if expanded is not Reason.MISSING_OBJECT:
+            named = sorted({sha256 for _, sha256, _ in records.stored_objects(record)})
+            if await _absent(store, named, concurrency):
+                return Reason.MISSING_OBJECT
+        return expanded
+    return await _check_listed(store, expanded, concurrency=concurrency, batch_bytes=batch_bytes)
+
+
+async def _check_listed(
+    store: storing.ArtifactStore,
+    record: Mapping[str, Any],
+    *,
+    concurrency: int,
+    batch_bytes: int,
+) -> Reason | None:
+    """`check` of a record whose chains list every segment inline."""
     wanted: dict[str, set[int]] = {}
     for _role, sha256, size in records.stored_objects(record):
         wanted.setdefault(sha256, set()).add(size)

@@ -205,14 +205,16 @@ def named_objects(record: Mapping[str, Any]) -> Iterator[Entry]:
 def stored_objects(record: Mapping[str, Any]) -> Iterator[Entry]:
     """Every object the store holds for a schema-valid record, with the role of the artifact
     it belongs to: the inventory of a version 1 or 2 record (each artifact one object); for
-    version 3, each chained item's segments in place of the item, and every other artifact."""
+    version 3, each chained item's index objects and inline segments in place of the item
+    (the segments an index object lists are named there: `index_reading.expand`), and every
+    other artifact."""
     if record.get("schema_version") != 3:
         yield from inventory(record)
         return
     chained = {role for role, _ in chains.chained_items(record)}
     for role, item in chains.chained_items(record):
-        for segment in item["segments"]:
-            yield role, segment["sha256"], segment["size"]
+        for sha256, size in chains.listed(item):
+            yield role, sha256, size
     for role, sha256, size in named_objects(record):
         if role not in chained:
             yield role, sha256, size

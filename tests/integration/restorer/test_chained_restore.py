@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from services.common import directives, settings
-from services.common.checkpoints import chains, records
+from services.common.checkpoints import chains, index_reading, records
 from services.restorer import capturing, transcripts
 from services.restorer.harness import claude_code
 from tests.integration.restorer import sessions
@@ -28,6 +28,7 @@ from tests.support import git_repos
 C = directives.Continuity
 pytestmark = pytest.mark.usefixtures("usual_umask")
 SEGMENT = 8 * 1024
+INLINE = 16 * 1024
 
 
 def _storage(scene: kit.Scene) -> settings.StorageSettings:
@@ -41,9 +42,13 @@ def _commit(scene: kit.Scene, name: str, text: str) -> None:
     git_repos.git(worktree, "commit", "-q", "-m", name, "--", f"src/{name}.py")
 
 
-async def _long_session(scene: kit.Scene, *, version: int = 3) -> capturing.Captured:
+async def _long_session(
+    scene: kit.Scene, *, version: int = 3, segment_bytes: int = SEGMENT
+) -> capturing.Captured:
     """Five captures: the session grows (once by more than a segment), commits land between
-    captures, an untracked file appears. The last checkpoint is returned."""
+    captures, an untracked file appears. The last checkpoint is returned. With `SEGMENT` the
+    session ends in eight segments, kept in an index object (`chain_indexes.LEAF_SEGMENTS`);
+    with `INLINE` in fewer, listed in the record."""
     # A large first bundle, so the small later ones never swallow it: the chain stays long.
     worktree = scene.project.worktree
     git_repos.write(worktree, "assets/large.bin", random.Random(7).randbytes(64 * 1024))
@@ -54,7 +59,7 @@ async def _long_session(scene: kit.Scene, *, version: int = 3) -> capturing.Capt
         kit.fenced_attempt(scene),
         _storage(scene),
         schema_version=version,
-        segment_bytes=SEGMENT,
+        segment_bytes=segment_bytes,
     )
     await capturer.capture()
     for step in range(4):
@@ -110,7 +115,10 @@ async def test_a_native_restore_of_a_long_chain_is_byte_identical(tmp_path: path
     captured = await _long_session(scene)
     record = await _stored(scene, captured.checkpoint_id)
     assert record["schema_version"] == 3
-    assert len(record["native"]["files"][0]["segments"]) >= 5
+    assert "index" in record["native"]["files"][0]  # the chain is read from its index object
+    expanded = await index_reading.expand(kit.local_store(scene.tmp / "checkpoints"), record)
+    assert not isinstance(expanded, index_reading.Reason)
+    assert len(expanded["native"]["files"][0]["segments"]) >= 5
     assert len(record["source"]["bundles"]) >= 2
     run = await _restore(scene, captured, C.NATIVE)
     assert run.last.HasField("ready"), run.events
@@ -190,7 +198,7 @@ async def test_a_hostile_chain_is_refused_and_nothing_is_written(
     dropped, a segment over the size limit) is refused with the spec's reason; the worktree
     and the harness home stay exactly as they were."""
     scene = kit.make_scene(tmp_path)
-    captured = await _long_session(scene)
+    captured = await _long_session(scene, segment_bytes=INLINE)
     change, reason = HOSTILE[hostile]
     await kit.rewrite_record(
         kit.local_store(scene.tmp / "checkpoints"), captured.checkpoint_id, change
@@ -212,7 +220,7 @@ async def test_a_damaged_segment_is_refused_and_nothing_is_written(
     """A segment gone from the store is `missing_object`; one whose bytes changed is
     `corrupt_object`; nothing is written."""
     scene = kit.make_scene(tmp_path)
-    captured = await _long_session(scene)
+    captured = await _long_session(scene, segment_bytes=INLINE)
     record = await _stored(scene, captured.checkpoint_id)
     path = kit.object_path(scene.tmp / "checkpoints", _segment(record, 2)["sha256"])
     if damage == "missing":
