@@ -17,8 +17,11 @@ PROTOS := $(wildcard protos/agentihooks/swarm/v2/*.proto)
 
 # The real agent CLIs the harness tests run, pinned; tests/support/agent_clis.py holds the same
 # numbers (keep them in step). `make qualify` runs the real-CLI suite against other versions too.
+# CODEX_NEWEST_VERSION is outside the spec's qualified 0.162: the tests of `agentihooks-restorer
+# qualify` qualify it and resume with it once AGENTIHOOKS_QUALIFIED_VERSIONS names it.
 CLAUDE_CODE_VERSION ?= 2.1.112
 CODEX_VERSION ?= 0.162.0
+CODEX_NEWEST_VERSION ?= 0.171.0
 HARNESSES := .harnesses
 
 .PHONY: setup system harnesses lock qualify evidence protos protos-check lint test test-fast bench demo clean
@@ -64,6 +67,7 @@ endef
 harnesses: system
 	$(call npm_harness,$(HARNESSES)/claude-code-$(CLAUDE_CODE_VERSION),@anthropic-ai/claude-code@$(CLAUDE_CODE_VERSION),claude)
 	$(call npm_harness,$(HARNESSES)/codex-$(CODEX_VERSION),@openai/codex@$(CODEX_VERSION),codex)
+	$(call npm_harness,$(HARNESSES)/codex-$(CODEX_NEWEST_VERSION),@openai/codex@$(CODEX_NEWEST_VERSION),codex)
 
 $(UV): scripts/uv-requirements.txt
 	test -x $(UV_HOME)/bin/python || $(PY) -m venv $(UV_HOME)
@@ -98,7 +102,8 @@ lint: setup
 test: setup protos-check
 	$(BIN)/python -m pytest -q
 
-## qualify: run the real-CLI suite against several versions of each harness and write
+## qualify: run the real-CLI suite and `agentihooks-restorer qualify` against several versions of
+## each harness (Codex: the pinned, 0.162.1 and the newest, $(CODEX_NEWEST_VERSION)) and write
 ## docs/harness-qualification.md (see `python -m scripts.qualify --help` for the flags)
 qualify: setup
 	$(BIN)/python -m scripts.qualify

@@ -2,12 +2,14 @@
 
 Run from the repository root as `python -m scripts.qualify` (`make qualify` does). By default it
 qualifies Claude Code at the pinned version and at the newest release of the same minor series
-(asked of npm at run time), and Codex at the pinned version and 0.162.1. Each version is
-installed into .harnesses/ the way `make harnesses` installs the pinned ones (skipped when it is
-already there), then tests/integration/harness_cli/test_<harness>_cli.py runs with
-AGENTIHOOKS_CLAUDE_CODE_VERSION / AGENTIHOOKS_CODEX_VERSION naming it. The results go to
-docs/harness-qualification.md and to standard output; the exit status is 1 when any version
-failed.
+(asked of npm at run time), and Codex at the pinned version, 0.162.1 and the newest
+(tests/support/agent_clis.CODEX_NEWEST_VERSION). Each version is installed into .harnesses/ the
+way `make harnesses` installs the pinned ones (skipped when it is already there), then
+tests/integration/harness_cli/test_<harness>_cli.py runs with AGENTIHOOKS_CLAUDE_CODE_VERSION /
+AGENTIHOOKS_CODEX_VERSION naming it and AGENTIHOOKS_QUALIFIED_VERSIONS naming it as qualified (as
+an operator names a version they qualified), and `agentihooks-restorer qualify` runs against it.
+A version is qualified when both pass. The results go to docs/harness-qualification.md and to
+standard output; the exit status is 1 when any version failed.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from services.common import qualified_versions
 from tests.support import agent_clis
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "harness-qualification.md"
 TEST_DIR = pathlib.Path("tests/integration/harness_cli")
-# Qualified by default besides the pinned version (tests/support/agent_clis.CODEX_VERSION).
-EXTRA_CODEX_VERSIONS = ("0.162.1",)
+# Qualified besides the pinned version (tests/support/agent_clis.CODEX_VERSION); the newest
+# Codex lies outside the spec's 0.162 and needs AGENTIHOOKS_QUALIFIED_VERSIONS to resume.
+EXTRA_CODEX_VERSIONS = ("0.162.1", agent_clis.CODEX_NEWEST_VERSION)
 
 VERSION_RE = re.compile(r"^\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?$")
 # The pytest summary, e.g. `7 passed in 40.2s` or `== 1 failed, 6 passed in 3.10s ==`.
@@ -43,7 +47,7 @@ NPM_INSTALL = ("npm", "install", "--no-audit", "--no-fund", "--no-save", "--logl
 class Harness:
     """One agent CLI: how it is installed, found and tested."""
 
-    key: str  # the .harnesses/<key>-<version> folder name
+    key: str  # the .harnesses/<key>-<version> folder name, and the harness's setting name
     label: str
     package: str
     executable: str
@@ -133,7 +137,14 @@ def default_claude_code_targets() -> list[Target]:
 def default_codex_targets() -> list[Target]:
     pinned = agent_clis.CODEX_VERSION
     extra = [v for v in EXTRA_CODEX_VERSIONS if v != pinned]
-    return [Target(CODEX, pinned, "pinned"), *(Target(CODEX, v) for v in extra)]
+    return [Target(CODEX, pinned, "pinned"), *(Target(CODEX, v, codex_note(v)) for v in extra)]
+
+
+def codex_note(version: str) -> str:
+    """What the results table says of a Codex version besides the pinned one."""
+    if version == agent_clis.CODEX_NEWEST_VERSION:
+        return f"newest; resumes natively where {qualified_versions.VARIABLE} names it"
+    return ""
 
 
 def given_targets(harness: Harness, versions: Sequence[str], pinned: str) -> list[Target]:
@@ -218,7 +229,11 @@ def qualify(target: Target) -> Result:
         "no:cacheprovider",
         str(harness.test_module),
     ]
-    env = {**os.environ, harness.version_env: version}
+    env = {
+        **os.environ,
+        harness.version_env: version,
+        qualified_versions.VARIABLE: f"{harness.key}={version}",
+    }
     print(f"== {harness.label} {version}: {' '.join(command[1:])}", flush=True)
     output: list[str] = []
     with subprocess.Popen(
@@ -240,7 +255,39 @@ def qualify(target: Target) -> Result:
     tests = f"{summary} (exit {code})" if code != 0 else summary
     # Every test must really run: a skipped test is not a qualification.
     qualified = code == 0 and "skipped" not in summary
-    return Result(target, qualified, tests)
+    passed, verdict = run_qualify_command(harness, version)
+    return Result(target, qualified and passed, f"{tests}; `qualify`: {verdict}")
+
+
+def run_qualify_command(harness: Harness, version: str) -> tuple[bool, str]:
+    """`agentihooks-restorer qualify` against the installed version: (qualified, verdict)."""
+    executable = harness_dir(harness, version) / "node_modules" / ".bin" / harness.executable
+    command = [
+        python_for_tests(),
+        "-m",
+        "services.restorer.main",
+        "qualify",
+        "--harness",
+        harness.key,
+        "--cli",
+        str(executable),
+        "--json",
+    ]
+    print(f"== {harness.label} {version}: agentihooks-restorer qualify", flush=True)
+    try:
+        done = subprocess.run(
+            command, cwd=ROOT, capture_output=True, text=True, timeout=1800, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return False, "timed out"
+    print(done.stdout, end="", flush=True)
+    try:
+        verdict = json.loads(done.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError):
+        return False, f"exit {done.returncode}, no verdict"
+    if done.returncode == 0 and verdict.get("qualified") is True:
+        return True, "qualified"
+    return False, f"not qualified ({verdict.get('step')}: {verdict.get('reason')})"
 
 
 def cell(text: str) -> str:
@@ -276,7 +323,14 @@ suite in `tests/integration/harness_cli/`:
 - **interactive resume** under tmux;
 - **reconstructed continuation**: a new conversation whose opening prompt is the archived
   transcript;
-- the **option tables** agentihooks keeps for the CLI match the real `--help`.
+- the **option tables** agentihooks keeps for the CLI match the real `--help`;
+
+and when `agentihooks-restorer qualify`, the command an operator runs against the CLI in their
+worker image (see the operator guide, "Qualifying a new CLI version"), prints `qualified` for it.
+
+Native resume is qualified by default for the spec's Claude Code 2.1 and Codex 0.162. A version
+outside them that passes here resumes natively only where `AGENTIHOOKS_QUALIFIED_VERSIONS` names
+it (e.g. `codex=0.171.0`); the suite runs each version with the setting naming it.
 
 The pinned versions (`CLAUDE_CODE_VERSION` and `CODEX_VERSION` in the `Makefile`, the same numbers
 in `tests/support/agent_clis.py`) are what `make setup` installs into `.harnesses/` and what
@@ -294,9 +348,10 @@ make qualify        # the pinned versions, the newest Claude Code {series}.x and
 
 `--claude-code V[,V…]` and `--codex V[,V…]` replace the default versions of that harness (an
 empty list skips it). Each version is installed into `.harnesses/<harness>-<version>/` (kept for
-the next run) and its test module runs with `AGENTIHOOKS_CLAUDE_CODE_VERSION` /
-`AGENTIHOOKS_CODEX_VERSION` set to it. The command rewrites this file and exits non-zero when any
-version is not qualified.
+the next run), its test module runs with `AGENTIHOOKS_CLAUDE_CODE_VERSION` /
+`AGENTIHOOKS_CODEX_VERSION` set to it and `AGENTIHOOKS_QUALIFIED_VERSIONS` naming it, then
+`agentihooks-restorer qualify --harness <harness> --cli <its executable>` runs. The command
+rewrites this file and exits non-zero when any version is not qualified.
 """
 
 

@@ -11,7 +11,7 @@ import pathlib
 import sys
 from collections.abc import Mapping
 
-from services.common import addresses
+from services.common import addresses, qualified_versions
 
 PREFIX = "AGENTIHOOKS_"
 DEFAULT_MAX_OBJECT_BYTES = 1 << 30  # 1 GiB: an object over this is refused as oversized.
@@ -300,6 +300,15 @@ def _harness_env(env: Mapping[str, str]) -> dict[str, str]:
         if not pathlib.Path(value).is_absolute():
             raise SettingsError(f"{name} must be an absolute path, not the relative {value!r}")
         found[name] = value
+    # Which harness versions are qualified travels with the harness variables: capture and
+    # restore read it where they read those (a malformed value stops the restorer here).
+    qualified = env.get(qualified_versions.VARIABLE, "").strip()
+    if qualified:
+        try:
+            qualified_versions.parse(qualified)
+        except qualified_versions.MalformedVersions as error:
+            raise SettingsError(str(error)) from None
+        found[qualified_versions.VARIABLE] = qualified
     return found
 
 

@@ -30,13 +30,20 @@ def worker_settings(
     conf: settings.ControllerSettings, control_addr: str, env: Mapping[str, str]
 ) -> dict[str, str]:
     """The settings every worker gets from the controller's: where the controller and the
-    store are, and the checkpoint storage and capture interval when this controller has them
-    (a worker reads and writes its checkpoints there unless its swarm is `checkpoint_remote`).
+    store are, and the checkpoint storage, capture interval and qualified harness versions
+    when this controller has them (a worker reads and writes its checkpoints there unless its
+    swarm is `checkpoint_remote`).
     """
     found = {settings.PREFIX + "CONTROL_ADDR": control_addr}
     if conf.store_addr:
         found[settings.PREFIX + "STORE_ADDR"] = conf.store_addr
-    for name in ("CHECKPOINT_ROOT", "CHECKPOINT_BUCKET", "S3_ENDPOINT_URL", "CAPTURE_INTERVAL_S"):
+    for name in (
+        "CHECKPOINT_ROOT",
+        "CHECKPOINT_BUCKET",
+        "S3_ENDPOINT_URL",
+        "CAPTURE_INTERVAL_S",
+        "QUALIFIED_VERSIONS",
+    ):
         if env.get(settings.PREFIX + name):
             found[settings.PREFIX + name] = env[settings.PREFIX + name]
     return found

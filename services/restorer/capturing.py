@@ -136,6 +136,7 @@ class Capturer:
         self._last: tuple[Any, Captured] | None = None
         self._lock = asyncio.Lock()
         self.wake = asyncio.Event()
+        self._unqualified = harness_base.UnqualifiedWarning()
 
     async def run(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         """Capture every `interval_s` seconds, or at once when `wake` is set, until cancelled."""
@@ -295,6 +296,7 @@ class Capturer:
         except harness_base.HarnessError:
             version = ""
         if not version or not adapter.qualifies(version):
+            self._unqualified.warn(log, adapter, version)
             return session_id, None, conversation
         placed = [(records.NativeFile(f.path, records.Blob.of(f.data)), f.data) for f in files]
         native = records.Native(

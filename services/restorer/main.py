@@ -7,6 +7,8 @@ Subcommands:
   restore  one restore in this process; prints its result as one JSON object.
   capture  one capture now; prints the checkpoint as one JSON object.
   entry    the worker entry point: restore through the sidecar, then exec the harness.
+  qualify  run the native-resume qualification against the agent CLI installed here and
+           print a verdict (`services.restorer.qualifying`); exit 0 qualified, 1 not.
 
 Settings come from the environment (`AGENTIHOOKS_…`, see `services.common.settings`).
 
@@ -34,7 +36,15 @@ import grpc
 from agentihooks.swarm.v2 import restorer_pb2
 
 from services.common import errors, logs, rpc, settings
-from services.restorer import capturing, entry, launching, local_worker, restoring, sidecar
+from services.restorer import (
+    capturing,
+    entry,
+    launching,
+    local_worker,
+    qualifying,
+    restoring,
+    sidecar,
+)
 
 log = logging.getLogger("services.restorer")
 
@@ -399,7 +409,10 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="seconds to wait for the sidecar (default: AGENTIHOOKS_START_TIMEOUT_S, else 60)",
     )
+    qualifying.add_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "qualify":
+        raise SystemExit(qualifying.run(args))
     logs.configure("restorer")
     conf = _settings(os.environ, getattr(args, "listen", None))
     missing = _missing(conf, args.command)

@@ -2,7 +2,13 @@
 
 They are pinned test dependencies: nothing is downloaded at test time, and a test that needs a
 missing CLI fails loudly (never skips) and says to run `make setup`. `make qualify` runs the same
-tests against other versions by setting AGENTIHOOKS_CLAUDE_CODE_VERSION / AGENTIHOOKS_CODEX_VERSION.
+tests against other versions by setting AGENTIHOOKS_CLAUDE_CODE_VERSION / AGENTIHOOKS_CODEX_VERSION,
+and AGENTIHOOKS_QUALIFIED_VERSIONS naming the version under test, as an operator names a version
+they qualified (`qualified_versions_env`).
+
+Besides the pinned Codex, the newest Codex (CODEX_NEWEST_VERSION, outside the spec's 0.162) is
+installed too: the tests of `agentihooks-restorer qualify` qualify it and resume with it once the
+setting names it.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ import os
 import pathlib
 import shutil
 
+from services.common import qualified_versions
+
 # The pinned versions. They must match CLAUDE_CODE_VERSION and CODEX_VERSION in the Makefile,
 # which installs exactly these into .harnesses/.
 CLAUDE_CODE_VERSION = "2.1.112"
 CODEX_VERSION = "0.162.0"
+# The newest Codex on npm, not qualified by default (Makefile: CODEX_NEWEST_VERSION).
+CODEX_NEWEST_VERSION = "0.171.0"
 
 CLAUDE_CODE_VERSION_ENV = "AGENTIHOOKS_CLAUDE_CODE_VERSION"
 CODEX_VERSION_ENV = "AGENTIHOOKS_CODEX_VERSION"
@@ -56,9 +66,17 @@ def claude_executable() -> str:
     return _installed("claude-code", claude_code_version(), "claude")
 
 
-def codex_executable() -> str:
-    """The absolute path of the real `codex` of the version under test, or fail the test."""
-    return _installed("codex", codex_version(), "codex")
+def codex_executable(version: str | None = None) -> str:
+    """The absolute path of the real `codex` of `version` (default: the version under test),
+    or fail the test."""
+    return _installed("codex", version or codex_version(), "codex")
+
+
+def qualified_versions_env() -> dict[str, str]:
+    """`AGENTIHOOKS_QUALIFIED_VERSIONS` of this process (`make qualify` sets it to the version
+    under test), for the restorer's harness environment; empty when unset."""
+    value = os.environ.get(qualified_versions.VARIABLE, "")
+    return {qualified_versions.VARIABLE: value} if value else {}
 
 
 def harness_path_env(executable: str) -> str:

@@ -120,6 +120,7 @@ SHARED_SETTINGS = (
     "AGENTIHOOKS_S3_ENDPOINT_URL",
     "AGENTIHOOKS_CHECKPOINT_ROOT",
     "AGENTIHOOKS_CAPTURE_INTERVAL_S",
+    "AGENTIHOOKS_QUALIFIED_VERSIONS",
     *settings.HARNESS_VARIABLES,
 )
 """Settings the worker container and the restorer sidecar share: set in the template's worker

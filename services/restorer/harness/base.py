@@ -2,7 +2,8 @@
 
 A harness knows where its native session files live in the harness home, how to read its
 version, whether that version is qualified for native resume (spec: "Native resume is qualified
-for Claude Code 2.1 and Codex 0.162"), its native resume command and how to pass an opening
+for Claude Code 2.1 and Codex 0.162", plus the versions an operator qualified and named in
+`AGENTIHOOKS_QUALIFIED_VERSIONS`), its native resume command and how to pass an opening
 prompt. `home` is the worker user's home directory (the harness's `~`); session file paths are
 relative POSIX paths under it, such as `.claude/projects/-work-app/<id>.jsonl`.
 
@@ -16,6 +17,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import os
 import pathlib
 import re
@@ -23,6 +25,8 @@ import stat
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from services.common import logs
+from services.common import qualified_versions as qualified_versions_setting
 from services.restorer import paths
 
 VERSION_TIMEOUT_S = 30.0
@@ -64,7 +68,13 @@ class Harness(Protocol):
 
     @property
     def qualified(self) -> str:
-        """The version prefix qualified for native resume, e.g. `2.1`."""
+        """The version prefix the spec qualifies for native resume, e.g. `2.1`."""
+        ...
+
+    @property
+    def qualified_versions(self) -> tuple[str, ...]:
+        """Every qualified version prefix: the spec's, then those the operator's
+        `AGENTIHOOKS_QUALIFIED_VERSIONS` adds for this harness."""
         ...
 
     @property
@@ -73,7 +83,8 @@ class Harness(Protocol):
         ...
 
     def qualifies(self, version: str) -> bool:
-        """Whether `version` is qualified for native resume (numeric components compared)."""
+        """Whether `version` lies under one of `qualified_versions` (numeric components
+        compared)."""
         ...
 
     async def read_version(self, executable: str) -> str:
@@ -218,6 +229,60 @@ def version_qualifies(version: str, prefix: str) -> bool:
     want = version_components(prefix)
     have = version_components(version)
     return bool(want) and len(have) >= len(want) and have[: len(want)] == want
+
+
+def qualified_versions(name: str, spec_prefix: str, environ: Mapping[str, str]) -> tuple[str, ...]:
+    """The spec's prefix of harness `name`, then those `AGENTIHOOKS_QUALIFIED_VERSIONS` in
+    `environ` adds for it.
+
+    A malformed setting adds nothing: the settings loader refuses one at start, and a version
+    is never taken as qualified on a value nobody could read.
+    """
+    try:
+        added = qualified_versions_setting.added_for(environ, name)
+    except qualified_versions_setting.MalformedVersions:
+        added = ()
+    return tuple(dict.fromkeys((spec_prefix, *added)))
+
+
+def qualifies_any(version: str, prefixes: Sequence[str]) -> bool:
+    """Whether `version` lies under any of `prefixes` (see `version_qualifies`)."""
+    return any(version_qualifies(version, prefix) for prefix in prefixes)
+
+
+class UnqualifiedWarning:
+    """Says once that captures are context only because the harness version is unqualified.
+
+    Without it an upgraded CLI would silently turn native resume off. One warning per
+    (harness, version) for the life of this object (one capturer: one attempt), so a capture
+    every few seconds does not repeat it; it names the harness, the version and the setting
+    that qualifies it, and nothing of the conversation.
+    """
+
+    EVENT = "harness_version_unqualified"
+
+    def __init__(self) -> None:
+        self._said: set[tuple[str, str]] = set()
+
+    def warn(self, logger: logging.Logger, harness: Harness, version: str) -> None:
+        """Log the warning for `harness` at `version` ("" when it could not be read), once."""
+        key = (harness.name, version)
+        if key in self._said:
+            return
+        self._said.add(key)
+        logs.event(
+            logger,
+            self.EVENT,
+            logging.WARNING,
+            harness=harness.name,
+            version=version or "unknown",
+            qualified=list(harness.qualified_versions),
+            continuity="context_only",
+            remedy=(
+                "qualify this version with `agentihooks-restorer qualify` and name it in"
+                f" {qualified_versions_setting.VARIABLE}"
+            ),
+        )
 
 
 async def run_version(executable: str) -> str:

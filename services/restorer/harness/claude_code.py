@@ -216,7 +216,8 @@ class ClaudeCode:
     Args:
         environ: the worker's environment, for `CLAUDE_CONFIG_DIR` (the process's own when
             None). With it set, Claude Code keeps `projects/` and `.claude.json` in that
-            folder instead of `~/.claude/` and `~/.claude.json`.
+            folder instead of `~/.claude/` and `~/.claude.json`. Its
+            `AGENTIHOOKS_QUALIFIED_VERSIONS` adds qualified versions.
     """
 
     name = NAME
@@ -225,12 +226,13 @@ class ClaudeCode:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else dict(environ)
+        self.qualified_versions = base.qualified_versions(NAME, QUALIFIED, self._environ)
 
     def _config(self, home: pathlib.Path) -> base.ConfigHome:
         return base.config_home(pathlib.Path(home), self._environ, CONFIG_DIR_VARIABLE, ".claude")
 
     def qualifies(self, version: str) -> bool:
-        return base.version_qualifies(version, QUALIFIED)
+        return base.qualifies_any(version, self.qualified_versions)
 
     async def read_version(self, executable: str) -> str:
         return await base.run_version(executable)

@@ -1,7 +1,8 @@
 """Codex: rollout files, the session index, version, resume and opening prompt.
 
-Checked against the real published CLI (0.162.0 and 0.162.1, run by the tests against a
-loopback mock of the Responses API; `make qualify` re-checks other versions):
+Checked against the real published CLI (0.162.0 and 0.162.1, and 0.171.0, qualified where
+`AGENTIHOOKS_QUALIFIED_VERSIONS` names it; run by the tests against a loopback mock of the
+Responses API; `make qualify` re-checks other versions):
 
 - A session is one rollout file `~/.codex/sessions/YYYY/MM/DD/rollout-<timestamp>-<id>.jsonl`
   (timestamp `YYYY-MM-DDThh-mm-ss`), one JSON record per line; the first record is
@@ -188,7 +189,7 @@ class Codex:
     Args:
         environ: the worker's environment, for `CODEX_HOME` (the process's own when None).
             With it set, Codex keeps its sessions, index and config.toml there instead of in
-            `~/.codex`.
+            `~/.codex`. Its `AGENTIHOOKS_QUALIFIED_VERSIONS` adds qualified versions.
     """
 
     name = NAME
@@ -197,12 +198,13 @@ class Codex:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else dict(environ)
+        self.qualified_versions = base.qualified_versions(NAME, QUALIFIED, self._environ)
 
     def _config(self, home: pathlib.Path) -> base.ConfigHome:
         return base.config_home(pathlib.Path(home), self._environ, HOME_VARIABLE, _CODEX)
 
     def qualifies(self, version: str) -> bool:
-        return base.version_qualifies(version, QUALIFIED)
+        return base.qualifies_any(version, self.qualified_versions)
 
     async def read_version(self, executable: str) -> str:
         return await base.run_version(executable)

@@ -29,7 +29,7 @@ from typing import Any
 
 from services.common import directives, settings
 from services.common.checkpoints import backends, storing
-from services.restorer import capturing, entry, launching, restoring
+from services.restorer import capturing, entry, launching, model_mock, restoring
 from services.restorer.harness import claude_code, codex
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import agent_clis, binaries, git_repos, model_api
@@ -49,31 +49,9 @@ SECOND_PROMPT = "Also update the changelog."
 
 
 def turns(call: model_api.Call) -> list[tuple[str, str]]:
-    """The conversation a request carries: (role, text) of every text part, in order.
-
-    Anthropic: `messages[].content` (a string, or blocks of type `text`). OpenAI Responses:
-    `input[]` messages with `input_text` / `output_text` parts.
-    """
-    out: list[tuple[str, str]] = []
-    if "messages" in call.body:
-        for message in call.body["messages"]:
-            content = message.get("content")
-            if isinstance(content, str):
-                out.append((message["role"], content))
-                continue
-            for block in content or []:
-                if block.get("type") == "text":
-                    out.append((message["role"], block["text"]))
-    for item in call.body.get("input", []) if isinstance(call.body.get("input"), list) else []:
-        if item.get("type", "message") != "message" or item.get("role") not in (
-            "user",
-            "assistant",
-        ):
-            continue
-        for part in item.get("content") or []:
-            if part.get("type") in ("input_text", "output_text"):
-                out.append((item["role"], part["text"]))
-    return out
+    """The conversation a request carries: (role, text) of every text part, in order (the
+    product's reading, `services.restorer.model_mock.turns`)."""
+    return model_api.turns(call)
 
 
 def conversation_calls(api: model_api.ModelApi) -> list[model_api.Call]:
@@ -83,9 +61,7 @@ def conversation_calls(api: model_api.ModelApi) -> list[model_api.Call]:
 
 def conversation_calls_since(api: model_api.ModelApi, start: int) -> list[model_api.Call]:
     """The conversation requests received after the first `start` requests."""
-    return [
-        c for c in api.calls[start:] if c.path.endswith(("/messages", "/responses")) and turns(c)
-    ]
+    return api.conversation_calls_since(start)
 
 
 @dataclasses.dataclass
@@ -129,8 +105,12 @@ class Cli:
         return env
 
     def harness_env(self, config_dir: pathlib.Path | None) -> dict[str, str]:
-        """The worker's harness variables as the restorer reads them (settings.load_restorer)."""
-        return {} if config_dir is None else {self.config_variable: str(config_dir)}
+        """The worker's harness variables as the restorer reads them (settings.load_restorer),
+        with the qualified versions `make qualify` names for the version under test."""
+        found = agent_clis.qualified_versions_env()
+        if config_dir is not None:
+            found[self.config_variable] = str(config_dir)
+        return found
 
     def provide(self, home: pathlib.Path, config_dir: pathlib.Path | None) -> None:
         """The operator's provider configuration, as a worker image or ConfigMap supplies it.
@@ -151,13 +131,7 @@ class Cli:
         folder = config_dir or home / ".codex"
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "config.toml").write_text(
-            'model = "mock-model"\n'
-            'model_provider = "mock"\n'
-            "[model_providers.mock]\n"
-            'name = "mock"\n'
-            f'base_url = "{self.api.base_url}/v1"\n'
-            'wire_api = "responses"\n'
-            'env_key = "MOCK_MODEL_API_KEY"\n'
+            model_mock.codex_provider(self.api.base_url, "MOCK_MODEL_API_KEY")
         )
 
     def print_command(self, prompt: str) -> tuple[str, ...]:
