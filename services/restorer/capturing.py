@@ -1,4 +1,5 @@
-"""Capture: what a later restore needs, on an interval and on demand, objects first, record last.
+"""Capture: what a later restore needs, continuously, on an interval and on demand, objects
+first, record last.
 
 One capture takes the native session files through the harness adapter, archives the
 transcript up to a watermark (complete records only: a line the harness is still writing is
@@ -6,8 +7,13 @@ left for the next capture), captures the source (commits as bundles, uncommitted
 binary patch, untracked files), uploads the objects through the attempt's scoped store
 (local folder, S3 or the checkpoint-store service), writes the record last, runs
 `Validator.verify` on the result, and reports the native session id and the archive watermark
-with `Recovery.ReportCapture`. A capture whose material is unchanged since the last one writes
-nothing new.
+with `Recovery.ReportCapture` (coalesced: at most one report a second per attempt, the final
+report always sent, `reporting.Coalesced`). A capture whose material is unchanged since the
+last one writes nothing new.
+
+The sidecar captures continuously (`following`): a capture may reuse the source its last scan
+captured (`scan_source=False`), so following the session files at a second's lag does not
+scan the worktree every second. The harness version is read once per capturer.
 
 Records are schema version 3 (`chaining`): session files and the transcript extend the chains
 of the attempt's previous checkpoint, so a capture uploads only what was appended since.
@@ -45,6 +51,7 @@ from services.restorer import (
     chaining,
     fetching,
     launching,
+    reporting,
     restoring,
     retrying,
     source,
@@ -104,6 +111,7 @@ class Capturer:
         schema_version: 3 (chains, the default) or 2 (whole objects).
         segment_bytes: where appended bytes are split (default: `chains.SEGMENT_BYTES`, or
             the store's object limit when smaller).
+        report_period_s: the shortest time between two capture reports.
     """
 
     def __init__(
@@ -117,6 +125,7 @@ class Capturer:
         retry: retrying.Retry = retrying.DEFAULT,
         schema_version: int = records.CURRENT_SCHEMA_VERSION,
         segment_bytes: int | None = None,
+        report_period_s: float = reporting.REPORT_PERIOD_S,
     ) -> None:
         if schema_version not in (records.WHOLE_OBJECTS_VERSION, chained_records.VERSION):
             raise ValueError("a capture writes schema version 2 or 3")
@@ -135,31 +144,56 @@ class Capturer:
         self._sequence: int | None = None
         self._last: tuple[Any, Captured] | None = None
         self._lock = asyncio.Lock()
+        self._harness_version: str | None = None
+        self._scanned: tuple[source.SourceCapture | None, str] | None = None
+        self._reports: reporting.Coalesced[Captured] = reporting.Coalesced(
+            self._send_report, report_period_s
+        )
         self.wake = asyncio.Event()
         self._unqualified = harness_base.UnqualifiedWarning()
 
     async def run(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         """Capture every `interval_s` seconds, or at once when `wake` is set, until cancelled."""
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval_s):
-                    await self.wake.wait()
-            self.wake.clear()
-            try:
-                await self.capture()
-            except CaptureError as error:
-                logs.event(log, "capture_failed", logging.WARNING, reason=str(error))
-            except Exception as error:
-                # The loop outlives one bad capture; the type only, its message may hold paths.
-                logs.event(log, "capture_failed", logging.ERROR, exception=type(error).__name__)
+        try:
+            while True:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(interval_s):
+                        await self.wake.wait()
+                self.wake.clear()
+                try:
+                    await self.capture()
+                except CaptureError as error:
+                    logs.event(log, "capture_failed", logging.WARNING, reason=str(error))
+                except Exception as error:
+                    # The loop outlives one bad capture; the type only, its message may hold
+                    # paths.
+                    logs.event(log, "capture_failed", logging.ERROR, exception=type(error).__name__)
+        finally:
+            await self.aclose()
 
-    async def capture(self, *, final: bool = False) -> Captured:
+    async def aclose(self) -> None:
+        """Drop a capture report still waiting for its turn (the final report follows)."""
+        await self._reports.aclose()
+
+    @property
+    def reports_sent(self) -> int:
+        """How many capture reports this capturer sent (or tried to)."""
+        return self._reports.sent
+
+    async def capture(
+        self, *, final: bool = False, scan_source: bool = True, wait_report: bool = True
+    ) -> Captured:
         """Capture one checkpoint now.
 
         Args:
             final: the sidecar's last capture, taken once the worker stopped: reported as
                 final even when nothing changed since the last capture, so the fence names no
                 lost tail.
+            scan_source: scan the worktree's source; False reuses the last scan (the first
+                capture always scans).
+            wait_report: return once the capture's report was sent when one is due now;
+                False leaves it to a task of its own (continuous capture: a slow controller
+                never delays archiving). A final report is always waited for.
 
         Raises:
             CaptureError: no store is configured, the source could not be captured, the store
@@ -169,7 +203,7 @@ class Capturer:
         async with self._lock, fetching.granted_store(self._launch, self._storage, grant) as store:
             if store is None:
                 raise CaptureError(restoring.Refusal.NO_STORE.value)
-            captured = await self._capture(store)
+            captured = await self._capture(store, scan_source or final)
         if captured.written:
             logs.event(
                 log,
@@ -180,16 +214,18 @@ class Capturer:
                 watermark=captured.watermark,
             )
         if captured.written or final:
-            await self._report(captured, final=final)
+            await self._report(captured, final=final, wait=wait_report)
         return captured
 
-    async def _capture(self, store: storing.ArtifactStore) -> Captured:
+    async def _capture(self, store: storing.ArtifactStore, scan_source: bool) -> Captured:
         launch = self._launch
         adapter = self._attempt.harness(launch.harness)
         held, native, transcript_records = await self._native(adapter)
         archive = transcripts.archive(transcript_records)
         watermark = len(transcript_records)
-        captured, repository = await self._source()
+        if scan_source or self._scanned is None:
+            self._scanned = await self._source()
+        captured, repository = self._scanned
         whole_source, source_objects = whole_records.source_of(captured, repository)
         material = (
             records.Blob.of(archive),
@@ -291,10 +327,14 @@ class Capturer:
             conversation = adapter.transcript_records(files)
         except (harness_base.HarnessError, transcripts.TranscriptError):
             return None, None, []
-        try:
-            version = await adapter.read_version(self._launch.command[0])
-        except harness_base.HarnessError:
-            version = ""
+        version = self._harness_version
+        if version is None:
+            try:
+                version = await adapter.read_version(self._launch.command[0])
+            except harness_base.HarnessError:
+                version = ""
+            else:
+                self._harness_version = version  # the attempt's harness does not change
         if not version or not adapter.qualifies(version):
             self._unqualified.warn(log, adapter, version)
             return session_id, None, conversation
@@ -394,9 +434,16 @@ class Capturer:
         if verdict.reason is not None:
             raise CaptureError(verdict.reason.value)
 
-    async def _report(self, captured: Captured, *, final: bool = False) -> None:
+    async def _report(self, captured: Captured, *, final: bool, wait: bool) -> None:
         if not self._control_addr or not self._credential:
             return
+        if final:
+            await self._reports.final(captured)
+        else:
+            await self._reports.report(captured, wait=wait)
+
+    async def _send_report(self, captured: Captured, final: bool) -> None:
+        assert self._control_addr is not None and self._credential is not None
         request = recovery_pb2.ReportCaptureRequest(
             native_session_id=captured.native_session_id or "",
             archive_watermark=captured.watermark,

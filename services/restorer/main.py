@@ -2,8 +2,10 @@
 
 Subcommands:
   serve    the sidecar: the Restorer gRPC service on loopback (`--listen`, default
-           127.0.0.1:50053), then captures on an interval (and at once on SIGUSR1); JSON logs
-           on stderr; stops cleanly on SIGTERM.
+           127.0.0.1:50053), then captures continuously: it follows the session files and
+           the worktree (`AGENTIHOOKS_CAPTURE_LAG_S`, see `following`), with a capture on an
+           interval as a safety net (and at once on SIGUSR1); JSON logs on stderr; stops
+           cleanly on SIGTERM, after a final capture.
   restore  one restore in this process; prints its result as one JSON object.
   capture  one capture now; prints the checkpoint as one JSON object.
   entry    the worker entry point: restore through the sidecar, then exec the harness.
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -39,6 +41,7 @@ from services.common import errors, logs, rpc, settings
 from services.restorer import (
     capturing,
     entry,
+    following,
     launching,
     local_worker,
     qualifying,
@@ -150,13 +153,38 @@ async def _final_captures(capturers: Sequence[capturing.Capturer]) -> None:
             logs.event(log, "final_capture_failed", logging.ERROR, exception=type(error).__name__)
 
 
+async def _stopped(tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait until they ended; a task that failed is logged (the start
+    check's failure is read later), so the final capture runs all the same."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        try:
+            await task
+        except (asyncio.CancelledError, entry.Unreachable):
+            pass
+        except Exception as error:
+            # The type only: its message may hold paths.
+            logs.event(
+                log,
+                "task_failed",
+                logging.ERROR,
+                task=task.get_name(),
+                exception=type(error).__name__,
+            )
+
+
 async def _serve(
     conf: settings.RestorerSettings,
     capture_interval_s: float,
     exit_with: int | None = None,
     needed: Sequence[entry.Address] = (),
+    cadence: following.Cadence | None = None,
 ) -> int:
+    """The sidecar. `cadence` None captures on the interval only (no following)."""
     capturers: list[capturing.Capturer] = []
+    followers: list[following.Follower] = []
+    loops: list[asyncio.Task[None]] = []  # the capture loops, stopped before the final capture
     tasks: list[asyncio.Task[None]] = []
 
     def start_capturing(launch: launching.LaunchRecord, attempt: restoring.Attempt) -> None:
@@ -170,7 +198,17 @@ async def _serve(
             worker_credential=conf.worker_credential,
         )
         capturers.append(capturer)
-        tasks.append(asyncio.create_task(capturer.run(capture_interval_s), name="capture"))
+        if cadence is None:
+            loops.append(asyncio.create_task(capturer.run(capture_interval_s), name="capture"))
+            return
+        follower = following.Follower(
+            capturer,
+            following.session_folder(launch.harness, attempt.harness_home, attempt.harness_env),
+            attempt.worktree,
+            dataclasses.replace(cadence, interval_s=capture_interval_s),
+        )
+        followers.append(follower)
+        loops.append(asyncio.create_task(follower.run(), name="capture"))
 
     stopping = asyncio.Event()
     checking = asyncio.create_task(_reach_all(needed, conf.start_timeout_s), name="start-check")
@@ -191,20 +229,22 @@ async def _serve(
         def capture_now() -> None:
             for capturer in capturers:
                 capturer.wake.set()
+            for follower in followers:
+                follower.capture_now()
 
         loop.add_signal_handler(signal.SIGUSR1, capture_now)
         if exit_with is not None:
             tasks.append(asyncio.create_task(_exit_with(exit_with, stopping), name="exit-with"))
         await rpc.wait_for_termination(5.0, server, stopping=stopping)
         # SIGTERM (a native sidecar gets it once the worker container stopped, and on a Pod's
-        # termination) or the worker process gone (--exit-with): archive what it completed.
+        # termination) or the worker process gone (--exit-with): archive what it completed,
+        # once the capture loops stopped, so the final capture is the last one.
+        await _stopped(loops)
         await _final_captures(capturers)
     finally:
-        for task in [checking, *tasks]:
-            task.cancel()
-        for task in [checking, *tasks]:
-            with contextlib.suppress(asyncio.CancelledError, entry.Unreachable):
-                await task
+        await _stopped([checking, *tasks, *loops])
+        for capturer in capturers:
+            await capturer.aclose()
         await service.aclose()
     unreached = _unreached(checking)
     if unreached is not None:
@@ -346,21 +386,55 @@ def _needed(conf: settings.RestorerSettings, command: str) -> list[entry.Address
 def _capture_interval(env: Mapping[str, str]) -> float:
     """`AGENTIHOOKS_CAPTURE_INTERVAL_S` (the controller passes it to every worker Pod), else
     the default; a value that is not a number of seconds stops the sidecar at start."""
-    raw = env.get(settings.PREFIX + "CAPTURE_INTERVAL_S", "")
+    return _number(env, "CAPTURE_INTERVAL_S", capturing.DEFAULT_INTERVAL_S, "a number of seconds")
+
+
+def _number(env: Mapping[str, str], name: str, default: float, form: str) -> float:
+    """The setting `AGENTIHOOKS_{name}`, a number not below zero, else `default`; any other
+    value stops the sidecar at start (exit code 2), naming the variable."""
+    raw = env.get(settings.PREFIX + name, "")
     if not raw:
-        return capturing.DEFAULT_INTERVAL_S
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value >= 0:
+    if not 0 <= value < float("inf"):
         print(
-            f"agentihooks-restorer: {settings.PREFIX}CAPTURE_INTERVAL_S must be a number of"
-            f" seconds, not {raw!r}",
+            f"agentihooks-restorer: {settings.PREFIX}{name} must be {form}, not {raw!r}",
             file=sys.stderr,
         )
         raise SystemExit(2)
     return value
+
+
+def _capture_cadence(env: Mapping[str, str]) -> following.Cadence | None:
+    """How the sidecar follows the attempt (`AGENTIHOOKS_CAPTURE_LAG_S`, `…_SOURCE_PERIOD_S`,
+    `…_WATCH_MAX_DIRS`, `…_FORCE_POLLING`); None when `AGENTIHOOKS_CAPTURE_LAG_S` is 0
+    (captures on the interval only). A malformed value stops the sidecar at start."""
+    lag = _number(env, "CAPTURE_LAG_S", following.DEFAULT_LAG_S, "a number of seconds")
+    period = _number(
+        env, "CAPTURE_SOURCE_PERIOD_S", following.DEFAULT_SOURCE_PERIOD_S, "a number of seconds"
+    )
+    dirs = _number(
+        env, "CAPTURE_WATCH_MAX_DIRS", following.DEFAULT_MAX_WATCHED_DIRS, "a number of folders"
+    )
+    polling = env.get(settings.PREFIX + "CAPTURE_FORCE_POLLING", "").strip().lower()
+    if polling not in ("", "true", "false"):
+        print(
+            f"agentihooks-restorer: {settings.PREFIX}CAPTURE_FORCE_POLLING must be true or"
+            f" false, not {polling!r}",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    if lag == 0:
+        return None
+    return following.Cadence(
+        lag_s=lag,
+        source_period_s=period,
+        max_watched_dirs=int(dirs),
+        force_polling=polling == "true",
+    )
 
 
 def _worktree(value: str) -> pathlib.Path:
@@ -383,8 +457,8 @@ def main(argv: list[str] | None = None) -> None:
         type=float,
         default=None,
         help=(
-            "seconds between captures once restored (0: no captures; default:"
-            f" AGENTIHOOKS_CAPTURE_INTERVAL_S, else {capturing.DEFAULT_INTERVAL_S:g})"
+            "seconds between captures once restored when nothing changed (0: no captures;"
+            f" default: AGENTIHOOKS_CAPTURE_INTERVAL_S, else {capturing.DEFAULT_INTERVAL_S:g})"
         ),
     )
     serve.add_argument("--exit-with", type=int, metavar="PID", help="stop when process PID is gone")
@@ -430,8 +504,9 @@ def main(argv: list[str] | None = None) -> None:
         interval = args.capture_interval
         if interval is None:
             interval = _capture_interval(os.environ)
+        cadence = _capture_cadence(os.environ)
         try:
-            code = asyncio.run(_serve(conf, interval, args.exit_with, needed))
+            code = asyncio.run(_serve(conf, interval, args.exit_with, needed, cadence))
         except rpc.ListenError as exc:
             print(
                 exc.line("agentihooks-restorer serve", "--listen or AGENTIHOOKS_RESTORER_ADDR"),

@@ -1,17 +1,24 @@
-"""Reporting a restore to the controller (Recovery.ReportRestore) and its wire forms.
+"""Reporting to the controller: a restore (Recovery.ReportRestore) and its wire forms, and
+captures (Recovery.ReportCapture), coalesced.
 
 "A worker launched with checkpoint_remote: true then reports the outcome to the controller":
 a client stream of progress messages, then exactly one outcome or one refusal, with the
 replacement's own worker credential. The controller accepts an outcome only while this
 replacement is still the seat's current attempt; an outcome it refuses, or one that cannot be
 reported at all, stops the launch.
+
+Captures are reported at most once per `REPORT_PERIOD_S` per attempt (`Coalesced`): a capture
+made sooner is reported with the next report, which always carries the newest watermark; a
+final report is sent at once, and nothing after it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Generic, TypeVar
 
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc, restorer_pb2, types_pb2
@@ -20,6 +27,10 @@ from services.restorer import launching, restoring, retrying
 
 CONTROLLER_UNAVAILABLE = "controller unavailable: the outcome could not be reported"
 REPORT_RETRY = retrying.Retry(attempts=8, base_s=0.25, cap_s=5.0)
+REPORT_PERIOD_S = 1.0
+"""The shortest time between two capture reports of one attempt."""
+
+_T = TypeVar("_T")
 
 
 def ready_pb(ready: restoring.Ready) -> restorer_pb2.RestoreReady:
@@ -109,3 +120,77 @@ async def report_restore(
                 return restoring.Refused(CONTROLLER_UNAVAILABLE)
             return restoring.Refused(f"controller: {retrying.reason_of(error)}")
     return None
+
+
+class Coalesced(Generic[_T]):
+    """Sends reports at most once per `period_s`; the newest report waiting wins.
+
+    Reports are sent by a task of their own, one at a time, so a slow or unreachable
+    controller never holds up a capture (unless its caller asks to wait for a report due now).
+
+    Args:
+        send: sends one report (`final` said as its second argument); it never raises.
+        period_s: the shortest time between the starts of two sends.
+    """
+
+    def __init__(self, send: Callable[[_T, bool], Awaitable[None]], period_s: float) -> None:
+        self._send = send
+        self._period_s = period_s
+        self._last_sent: float | None = None
+        self._waiting: _T | None = None
+        self._flush: asyncio.Task[None] | None = None
+        self._sending = asyncio.Lock()
+        self._closed = False
+        self.sent = 0
+
+    async def report(self, item: _T, *, wait: bool = True) -> None:
+        """Send `item` once the period allows; a report waiting meanwhile is replaced by it.
+
+        Args:
+            wait: when the report is due now, return once it was sent.
+        """
+        if self._closed:
+            return
+        self._waiting = item
+        if self._flush is not None:
+            return  # a send is due: it takes the newest report
+        due_in = self._due_in()
+        self._flush = asyncio.create_task(self._later(due_in), name="capture-report")
+        if wait and due_in <= 0:
+            # `wait` returns even when `final` cancels the send: it never raises for it.
+            await asyncio.wait([self._flush])
+
+    async def final(self, item: _T) -> None:
+        """Send `item` as final at once; nothing waiting or later is sent after it."""
+        self._closed = True
+        self._waiting = None
+        await self.aclose()
+        async with self._sending:
+            self._last_sent = asyncio.get_running_loop().time()
+            self.sent += 1
+            await self._send(item, True)
+
+    async def aclose(self) -> None:
+        """Drop the send that is waiting or under way, if any."""
+        flush, self._flush = self._flush, None
+        if flush is not None:
+            flush.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flush
+
+    def _due_in(self) -> float:
+        if self._last_sent is None:
+            return 0.0
+        return self._last_sent + self._period_s - asyncio.get_running_loop().time()
+
+    async def _later(self, due_in: float) -> None:
+        if due_in > 0:
+            await asyncio.sleep(due_in)
+        async with self._sending:
+            self._flush = None  # a report from here on waits for the next period
+            item, self._waiting = self._waiting, None
+            if item is None or self._closed:
+                return
+            self._last_sent = asyncio.get_running_loop().time()
+            self.sent += 1
+            await self._send(item, False)
