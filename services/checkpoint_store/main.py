@@ -12,7 +12,7 @@ import sys
 from grpc_health.v1 import health
 
 from services.checkpoint_store import service
-from services.common import logs, redis_link, rpc, settings
+from services.common import logs, redis_link, rpc, settings, tls_settings
 
 log = logging.getLogger("services.checkpoint_store")
 
@@ -33,11 +33,18 @@ async def _serve(conf: settings.StoreSettings) -> None:
             [service.SERVICE_NAME],
             health_servicer=health_servicer,
             serving=False,
+            tls_conf=conf.tls,
         )
         try:
             await link.start()
             try:
-                logs.event(log, "listening", service="checkpoint_store", port=port)
+                logs.event(
+                    log,
+                    "listening",
+                    service="checkpoint_store",
+                    port=port,
+                    transport=tls_settings.transport(conf.tls),
+                )
                 await rpc.wait_for_termination(5.0, server)
             finally:
                 await link.stop()

@@ -41,7 +41,7 @@ from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
 from services.cli import rendering
-from services.common import addresses, rpc
+from services.common import addresses, rpc, tls, tls_settings
 
 DEFAULT_CONTROL_ADDR = "127.0.0.1:50051"
 IDLE_S = 1.0
@@ -234,7 +234,18 @@ def _refusal(exc: grpc.aio.AioRpcError, addr: str) -> CliError:
             # The controller answered and said why it cannot serve (Redis does not answer, or
             # this replica does not hold the lease): its words, not a connection hint.
             return CliError(f"{exc.details()} ({reason})", exit_code)
-        return CliError(f"the controller is unavailable{fix}", exit_code)
+        details = exc.details() or ""
+        if "handshake" in details.lower() or "CERTIFICATE" in details:
+            return CliError(
+                f"the TLS handshake with the controller at {addr} failed: check"
+                f" {tls_settings.CA_FILE} (the controller's certificate must be signed by it,"
+                " unexpired and name the host you dial)",
+                exit_code,
+            )
+        return CliError(
+            f"the controller is unavailable{fix} (if it serves TLS, set {tls_settings.CA_FILE})",
+            exit_code,
+        )
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return CliError(f"the controller did not answer in time{fix}", exit_code)
     if code == grpc.StatusCode.UNAUTHENTICATED:
@@ -254,7 +265,11 @@ def _reason(exc: grpc.aio.AioRpcError) -> str:
 async def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     addr = _control_addr(args, env)
     creds = (("authorization", f"Bearer {_token(env)}"),)
-    async with grpc.aio.insecure_channel(addr) as channel:
+    try:
+        tls_conf = tls_settings.load(env)
+    except tls_settings.TLSError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    async with tls.channel(addr, tls_conf) as channel:
         stub = pb_grpc.RecoveryStub(channel)
         try:
             return await _dispatch(stub, args, creds, addr)

@@ -20,7 +20,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common import addresses, errors, logs, redis_link, tokens
+from services.common import addresses, errors, logs, redis_link, tls, tls_settings, tokens
 
 REASON_KEY = "agentihooks-reason"
 log = logging.getLogger("services.rpc")
@@ -225,6 +225,7 @@ async def start_server(
     authenticate: Authenticator | None = None,
     health_servicer: health.aio.HealthServicer | None = None,
     serving: bool = True,
+    tls_conf: tls_settings.TLSSettings | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a gRPC server with health checking and reflection; return it and its port.
 
@@ -232,8 +233,11 @@ async def start_server(
     (a busy port above all) raises `ListenError`. With `authenticate`, every call
     to the named services is authenticated first (`Authenticating`). The overall service ("")
     and each named one start SERVING, or NOT_SERVING when `serving` is False; pass
-    `health_servicer` to switch them later (`set_serving`).
+    `health_servicer` to switch them later (`set_serving`). `tls_conf` (default: the process's
+    environment) serves TLS, or mutual TLS with a client CA; without a certificate, plaintext.
     """
+    tls_conf = tls_settings.from_environment() if tls_conf is None else tls_conf
+    credentials = tls.server_credentials(tls_conf)
     names = list(service_names)
     interceptors = [] if authenticate is None else [Authenticating(names, authenticate)]
     server = grpc.aio.server(
@@ -260,7 +264,10 @@ async def start_server(
         server,
     )
     try:
-        port = server.add_insecure_port(listen)
+        if credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, credentials)
     except RuntimeError:  # grpcio's "Failed to bind to address ..."
         port = 0
     if port == 0:

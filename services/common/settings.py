@@ -11,7 +11,7 @@ import pathlib
 import sys
 from collections.abc import Mapping
 
-from services.common import addresses, qualified_versions
+from services.common import addresses, qualified_versions, tls_settings
 
 PREFIX = "AGENTIHOOKS_"
 DEFAULT_MAX_OBJECT_BYTES = 1 << 30  # 1 GiB: an object over this is refused as oversized.
@@ -95,6 +95,15 @@ def _address(env: Mapping[str, str], name: str, default: str | None) -> str | No
     return value
 
 
+def _tls(env: Mapping[str, str]) -> tls_settings.TLSSettings:
+    """The process's TLS files (`tls_settings.load`), checked now: a wrong mount stops the
+    process at start."""
+    try:
+        return tls_settings.load(env)
+    except tls_settings.TLSError as exc:
+        raise SettingsError(str(exc)) from None
+
+
 def _secret(env: Mapping[str, str], name: str, *, minimum: int) -> str | None:
     value = _get(env, name)
     if value is not None and len(value.encode()) < minimum:
@@ -134,6 +143,7 @@ class StoreSettings:
     redis_url: str
     grant_key: str = dataclasses.field(repr=False)
     storage: StorageSettings
+    tls: tls_settings.TLSSettings = tls_settings.PLAINTEXT
 
 
 def load_store(env: Mapping[str, str]) -> StoreSettings:
@@ -152,6 +162,7 @@ def load_store(env: Mapping[str, str]) -> StoreSettings:
         redis_url=_get(env, "REDIS_URL") or "redis://127.0.0.1:6379/0",
         grant_key=key,
         storage=storage,
+        tls=_tls(env),
     )
 
 
@@ -205,6 +216,7 @@ class ControllerSettings:
     worker_control_addr: str | None = None
     advertise_host: str | None = None
     redis_wait: RedisWait = RedisWait()
+    tls: tls_settings.TLSSettings = tls_settings.PLAINTEXT
 
 
 def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
@@ -266,6 +278,7 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         worker_control_addr=_worker_control_addr(env, runtime),
         advertise_host=_get(env, "ADVERTISE_HOST"),
         redis_wait=load_redis_wait(env),
+        tls=_tls(env),
     )
 
 
@@ -284,6 +297,7 @@ class RestorerSettings:
     harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     store_addr: str | None = None
     start_timeout_s: int = DEFAULT_START_TIMEOUT_S
+    tls: tls_settings.TLSSettings = tls_settings.PLAINTEXT
 
 
 HARNESS_VARIABLES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME")
@@ -331,4 +345,5 @@ def load_restorer(env: Mapping[str, str]) -> RestorerSettings:
         harness_env=_harness_env(env),
         store_addr=_address(env, "STORE_ADDR", None) if checkpoint_remote else None,
         start_timeout_s=_int(env, "START_TIMEOUT_S", DEFAULT_START_TIMEOUT_S, minimum=0),
+        tls=_tls(env),
     )

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Mapping
 import yaml
 from grpc_health.v1 import health
 
-from services.common import logs, redis_link, rpc, settings
+from services.common import logs, redis_link, rpc, settings, tls_settings
 from services.common.checkpoints import backends
 from services.controller import hub as hubs
 from services.controller import replacing
@@ -46,6 +46,18 @@ def worker_settings(
     ):
         if env.get(settings.PREFIX + name):
             found[settings.PREFIX + name] = env[settings.PREFIX + name]
+    if conf.runtime == "local":
+        # Local workers run on this machine and share the controller's TLS files (their
+        # sidecar serves with its certificate; they dial with its CA). Worker Pods mount
+        # certificates of their own (the Pod template).
+        for name in (
+            tls_settings.CERT_FILE,
+            tls_settings.KEY_FILE,
+            tls_settings.CA_FILE,
+            tls_settings.CLIENT_CA_FILE,
+        ):
+            if env.get(name):
+                found[name] = env[name]
     return found
 
 
@@ -220,9 +232,10 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 authenticate=service.authenticate,
                 health_servicer=health_servicer,
                 serving=False,
+                tls_conf=conf.tls,
             )
             try:
-                runner, http_port = await http_api.start_http(hub, conf.http)
+                runner, http_port = await http_api.start_http(hub, conf.http, conf.tls)
                 try:
                     host = advertised_host(conf)
                     hub.sharing.advertise(f"{host}:{port}", f"{host}:{http_port}")
@@ -233,6 +246,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                         service="controller",
                         port=port,
                         http_port=http_port,
+                        transport=tls_settings.transport(conf.tls),
                         runtime=conf.runtime,
                         holder=hub.holder,
                         checkpoint_store="configured" if checkpoints else "none",

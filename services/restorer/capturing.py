@@ -38,7 +38,7 @@ from typing import Any
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc
 
-from services.common import logs, settings
+from services.common import logs, settings, tls
 from services.common.checkpoints import (
     chained_records,
     chains,
@@ -451,7 +451,7 @@ class Capturer:
             final=final,
         )
         credential = self._credential
-        async with grpc.aio.insecure_channel(self._control_addr) as channel:
+        async with tls.channel(self._control_addr) as channel:
             stub = recovery_pb2_grpc.RecoveryStub(channel)
 
             async def call() -> Any:

@@ -37,7 +37,7 @@ import grpc
 from agentihooks.swarm.v2 import restorer_pb2, restorer_pb2_grpc, types_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.common import directives, logs, settings
+from services.common import directives, logs, settings, tls
 from services.restorer import retrying
 
 EXIT_SETTINGS = 2
@@ -158,7 +158,7 @@ async def _answers(target: str, timeout_s: float) -> str | None:
     Any answer counts, NOT_SERVING and UNIMPLEMENTED too: the address is right, and a
     controller waiting for Redis is retried through by the calls themselves.
     """
-    async with grpc.aio.insecure_channel(target) as channel:
+    async with tls.channel(target) as channel:
         try:
             await health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(), timeout=timeout_s
@@ -245,7 +245,7 @@ async def restore_through_sidecar(
     Raises:
         SidecarUnavailable: no result after `attempts` calls.
     """
-    async with grpc.aio.insecure_channel(sidecar_addr) as channel:
+    async with tls.channel(sidecar_addr) as channel:
         try:
             async with asyncio.timeout(wait_s):
                 await channel.channel_ready()

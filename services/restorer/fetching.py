@@ -19,9 +19,7 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
 from typing import Any
 
-import grpc
-
-from services.common import settings
+from services.common import settings, tls
 from services.common.checkpoints import backends, object_checks, reasons, storing
 from services.restorer import launching, remote_store
 
@@ -68,7 +66,7 @@ async def granted_store(
         if not launch.store_addr or not grant:
             yield None
             return
-        async with grpc.aio.insecure_channel(launch.store_addr) as channel:
+        async with tls.channel(launch.store_addr) as channel:
             yield remote_store.RemoteStore(
                 channel, grant, store_scope(launch), compatibility_key=launch.worker_image
             )

@@ -37,7 +37,7 @@ from typing import Any
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc, types_pb2
 
-from services.common import directives, errors
+from services.common import directives, errors, tls
 from services.restorer import retrying
 
 MALFORMED_RECORD = "malformed launch record"
@@ -328,7 +328,7 @@ async def fetch(
         errors.Unavailable: the controller could not be reached after the retries.
         errors.Refused: the controller refused the credential (the reason it sent is kept).
     """
-    async with grpc.aio.insecure_channel(control_addr) as channel:
+    async with tls.channel(control_addr) as channel:
         stub = recovery_pb2_grpc.RecoveryStub(channel)
 
         async def call() -> Any:

@@ -37,7 +37,7 @@ from typing import Any
 import grpc
 from agentihooks.swarm.v2 import restorer_pb2
 
-from services.common import errors, logs, rpc, settings
+from services.common import errors, logs, rpc, settings, tls_settings
 from services.restorer import (
     capturing,
     entry,
@@ -221,9 +221,10 @@ async def _serve(
     service = _Checked(conf, checking, on_ready=start_capturing)
     try:
         server, port = await rpc.start_server(
-            conf.listen, [service.register], [sidecar.SERVICE_NAME]
+            conf.listen, [service.register], [sidecar.SERVICE_NAME], tls_conf=conf.tls
         )
-        logs.event(log, "listening", service="restorer", port=port)
+        transport = tls_settings.transport(conf.tls)
+        logs.event(log, "listening", service="restorer", port=port, transport=transport)
         loop = asyncio.get_running_loop()
 
         def capture_now() -> None:

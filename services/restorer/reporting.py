@@ -23,6 +23,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc, restorer_pb2, types_pb2
 
+from services.common import tls
 from services.restorer import launching, restoring, retrying
 
 CONTROLLER_UNAVAILABLE = "controller unavailable: the outcome could not be reported"
@@ -101,7 +102,7 @@ async def report_restore(
             recovery_pb2.RestoreReport(refusal=recovery_pb2.RestoreRefusal(reason=final.reason))
         )
 
-    async with grpc.aio.insecure_channel(control_addr) as channel:
+    async with tls.channel(control_addr) as channel:
         stub = recovery_pb2_grpc.RecoveryStub(channel)
 
         async def call() -> Any:

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import pathlib
 import sys
+from collections.abc import Mapping
 
 from tests.support import controller_server as cs
 
@@ -20,10 +21,16 @@ class Ran:
     err: str
 
 
-async def agentihooks(*args: str, token: str = cs.OPERATOR_TOKEN, control: str = "") -> Ran:
-    """Run the installed `agentihooks` console script with the operator's environment."""
+async def agentihooks(
+    *args: str,
+    token: str = cs.OPERATOR_TOKEN,
+    control: str = "",
+    env: Mapping[str, str] | None = None,
+) -> Ran:
+    """Run the installed `agentihooks` console script with the operator's environment (and
+    `env` beside it)."""
     executable = pathlib.Path(sys.executable).parent / "agentihooks"
-    env = {"PATH": f"{executable.parent}:/usr/bin:/bin", "AGENTIHOOKS_TOKEN": token}
+    env = {"PATH": f"{executable.parent}:/usr/bin:/bin", "AGENTIHOOKS_TOKEN": token, **(env or {})}
     if control:
         env["AGENTIHOOKS_CONTROL_ADDR"] = control
     process = await asyncio.create_subprocess_exec(

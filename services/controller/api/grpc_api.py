@@ -16,7 +16,7 @@ import grpc
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 
-from services.common import errors, logs, rpc, tokens
+from services.common import errors, logs, rpc, tls, tokens
 from services.controller import hub as hubs
 from services.controller import recovering, telemetry
 from services.controller.api import convert
@@ -133,7 +133,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
             raise refusal
         channel = self._peers.get(peer.grpc)
         if channel is None:
-            channel = self._peers[peer.grpc] = grpc.aio.insecure_channel(peer.grpc)
+            channel = self._peers[peer.grpc] = tls.channel(peer.grpc, peer=True)
         method = f"/{SERVICE_NAME}/{name}"
         metadata = [(k, v) for k, v in incoming.items() if not k.startswith((":", "grpc-"))] + [
             (FORWARDED_BY, self._hub.holder)

@@ -18,7 +18,7 @@ from typing import Any, Final
 import aiohttp
 from aiohttp import web
 
-from services.common import addresses, directives, errors, logs, rpc, tokens
+from services.common import addresses, directives, errors, logs, rpc, tls, tls_settings, tokens
 from services.controller import hub as controller_hub
 from services.controller import metrics, recovering
 from services.controller.api import pages
@@ -200,11 +200,19 @@ async def _forward(request: web.Request, swarm: str) -> web.Response:
         "Content-Type": request.headers.get("Content-Type", "application/json"),
         FORWARDED_BY: hub.holder,
     }
-    url = f"http://{peer.http}{request.rel_url.path}"
+    conf = tls_settings.from_environment()
+    context = tls.http_client_context(conf)
+    scheme = "http" if context is None else "https"
+    url = f"{scheme}://{peer.http}{request.rel_url.path}"
+    extra: dict[str, Any] = {}
+    if context is not None:
+        extra["ssl"] = context
+        if conf.peer_name:  # replicas advertise Pod IPs; their certificates name the Service
+            extra["server_hostname"] = conf.peer_name
     try:
         async with (
             aiohttp.ClientSession(timeout=FORWARD_TIMEOUT) as session,
-            session.post(url, data=await request.read(), headers=headers) as answer,
+            session.post(url, data=await request.read(), headers=headers, **extra) as answer,
         ):
             body = await answer.read()
             return web.Response(
@@ -412,8 +420,11 @@ def make_app(hub: controller_hub.Hub) -> web.Application:
     return app
 
 
-async def start_http(hub: controller_hub.Hub, listen: str) -> tuple[web.AppRunner, int]:
-    """Serve the HTTP API on `listen` (HOST:PORT; port 0 picks a free port).
+async def start_http(
+    hub: controller_hub.Hub, listen: str, tls_conf: tls_settings.TLSSettings | None = None
+) -> tuple[web.AppRunner, int]:
+    """Serve the HTTP API on `listen` (HOST:PORT; port 0 picks a free port), over HTTPS when
+    `tls_conf` (default: the process's environment) has a certificate.
 
     Returns:
         The runner (call `await runner.cleanup()` to stop) and the port it listens on.
@@ -428,7 +439,8 @@ async def start_http(hub: controller_hub.Hub, listen: str) -> tuple[web.AppRunne
     runner = web.AppRunner(make_app(hub), handle_signals=False)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        tls_conf = tls_settings.from_environment() if tls_conf is None else tls_conf
+        site = web.TCPSite(runner, host, port, ssl_context=tls.http_server_context(tls_conf))
         await site.start()
     except OSError as exc:
         await runner.cleanup()
@@ -437,5 +449,6 @@ async def start_http(hub: controller_hub.Hub, listen: str) -> tuple[web.AppRunne
         await runner.cleanup()
         raise
     bound = int(runner.addresses[0][1])
-    logs.event(log, "http_listening", host=host, port=bound)
+    transport = tls_settings.transport(tls_conf)
+    logs.event(log, "http_listening", host=host, port=bound, transport=transport)
     return runner, bound
