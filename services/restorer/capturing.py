@@ -6,7 +6,9 @@ transcript up to a watermark (complete records only: a line the harness is still
 left for the next capture), captures the source (commits as bundles, uncommitted changes as a
 binary patch, untracked files), uploads the objects through the attempt's scoped store
 (local folder, S3 or the checkpoint-store service), writes the record last, runs
-`Validator.verify` on the result, and reports the native session id and the archive watermark
+`Validator.verify` on the result (between full verifications, at most `FULL_VERIFY_S` apart, a
+capturer that extends its own verified checkpoint reads back only the objects it just wrote:
+`Validator.verify_written`), and reports the native session id and the archive watermark
 with `Recovery.ReportCapture` (coalesced: at most one report a second per attempt, the final
 report always sent, `reporting.Coalesced`). A capture whose material is unchanged since the
 last one writes nothing new.
@@ -62,6 +64,11 @@ from services.restorer.harness import base as harness_base
 
 log = logging.getLogger("services.restorer")
 DEFAULT_INTERVAL_S = 60.0
+FULL_VERIFY_S = 60.0
+"""How long a capturer reads back only what it wrote before it verifies every object of its
+checkpoint again: an object the store damaged after it was verified stops the chains that hold
+it within about this long, while a capture a second reads the session back once a minute, not
+every second."""
 _VERDICTS = frozenset(reason.value for reason in reasons.Reason)
 
 
@@ -126,6 +133,7 @@ class Capturer:
         schema_version: int = records.CURRENT_SCHEMA_VERSION,
         segment_bytes: int | None = None,
         report_period_s: float = reporting.REPORT_PERIOD_S,
+        full_verify_s: float = FULL_VERIFY_S,
     ) -> None:
         if schema_version not in (records.WHOLE_OBJECTS_VERSION, chained_records.VERSION):
             raise ValueError("a capture writes schema version 2 or 3")
@@ -135,6 +143,11 @@ class Capturer:
         self._version = schema_version
         self._limit = limit
         self._previous: chaining.Previous | None = None
+        # The objects this capturer's own verification read and found intact (None: none yet,
+        # so its next capture verifies every object of its checkpoint).
+        self._verified: set[str] | None = None
+        self._verified_at = 0.0
+        self._full_verify_s = full_verify_s
         self._launch = launch
         self._attempt = attempt
         self._storage = storage
@@ -423,16 +436,30 @@ class Capturer:
                     max_size=self._storage.max_object_bytes,
                 )
             await store.put_manifest(checkpoint_id, records.encode_manifest(record))
-            verdict = await validation.Validator(store).verify(
-                validation.Expectation(checkpoint_id, self._launch.scope.execution_generation)
+            named = {sha256 for _role, sha256, _size in records.stored_objects(record)}
+            validator = validation.Validator(store)
+            expectation = validation.Expectation(
+                checkpoint_id, self._launch.scope.execution_generation
             )
+            loop = asyncio.get_running_loop()
+            recent = loop.time() - self._verified_at < self._full_verify_s
+            if recent and self._verified is not None and named <= self._verified | objects.keys():
+                # Everything else it names, this capturer verified before: read only what it
+                # wrote now, so continuous capture does not read the session again each time.
+                written = {sha256: len(data) for sha256, data in objects.items()}
+                verdict = await validator.verify_written(expectation, written)
+            else:
+                verdict = await validator.verify(expectation)
+                self._verified, self._verified_at = set(), loop.time()
         except storing.StoreError as error:
             raise CaptureError(type(error).__name__) from None
         except Exception as error:  # the store is down or refused the grant
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
             raise CaptureError("checkpoint store unavailable") from None
         if verdict.reason is not None:
+            self._verified = None  # the next capture verifies everything again
             raise CaptureError(verdict.reason.value)
+        self._verified = (self._verified or set()) | named | objects.keys()
 
     async def _report(self, captured: Captured, *, final: bool, wait: bool) -> None:
         if not self._control_addr or not self._credential:

@@ -93,6 +93,18 @@ async def check(
     return await _check_listed(store, expanded, concurrency=concurrency, batch_bytes=batch_bytes)
 
 
+async def check_named(
+    store: storing.ArtifactStore, sized: Mapping[str, int], *, concurrency: int
+) -> Reason | None:
+    """The first refusal of the objects `sized` names (name to size), each read and hashed on
+    its own: presence first, then contents. What a capturer checks of the objects it just
+    wrote (`Validator.verify_written`)."""
+    names = sorted(sized)
+    if await _absent(store, names, concurrency):
+        return Reason.MISSING_OBJECT
+    return _first(await _pool([_object_job(store, n, sized[n]) for n in names], concurrency))
+
+
 async def _check_listed(
     store: storing.ArtifactStore,
     record: Mapping[str, Any],

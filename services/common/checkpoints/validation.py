@@ -87,6 +87,25 @@ class Validator:
             return Verdict.refused(refusal.reason)
         return Verdict.passed()
 
+    async def verify_written(self, expectation: Expectation, written: Mapping[str, int]) -> Verdict:
+        """`verify` for a capturer that extends a checkpoint it verified itself: every record
+        check, then only the objects this capture wrote (`written`: name to size), each read
+        and hashed.
+
+        Sound only when every other object the record names was verified by the same capturer
+        before (objects are content-addressed and never written over): the capturer checks that
+        and calls `verify` otherwise, so a capture costs what it appended, not the whole
+        session again. A restore always calls `verify`.
+        """
+        try:
+            await self._record(expectation)
+            reason = await object_checks.check_named(
+                self._store, written, concurrency=self._concurrency
+            )
+        except _Refusal as refusal:
+            return Verdict.refused(refusal.reason)
+        return Verdict.passed() if reason is None else Verdict.refused(reason)
+
     async def verify_record(self, expectation: Expectation) -> Verdict:
         """The verdict on the record alone: every check except reading the objects."""
         try:

@@ -285,11 +285,13 @@ async def test_a_damaged_chain_is_not_extended_twice(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A capture verifies what it wrote: when the chain it extended holds a segment the store
-    damaged, that checkpoint is refused (`corrupt_object`), and the next capture stores the
-    session whole again as a new chain, which verifies."""
+    damaged, the next full verification refuses that checkpoint (`corrupt_object`), and the
+    next capture stores the session whole again as a new chain, which verifies. (Here every
+    capture verifies in full, `full_verify_s=0`; between full verifications a capturer reads
+    back only what it wrote: test_capture_verification.py.)"""
     store = _local(tmp_path, monkeypatch)
     scene = kit.make_scene(tmp_path)
-    capturer = capturer_of(scene, store)
+    capturer = capturer_of(scene, store, full_verify_s=0)
     first = await store.record((await capturer.capture()).checkpoint_id)
     damaged = first["native"]["files"][0]["segments"][0]["sha256"]
     path = kit.object_path(pathlib.Path(store.env["CHECKPOINT_ROOT"]), damaged)
