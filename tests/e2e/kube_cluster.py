@@ -6,11 +6,19 @@ processes, exactly as its spec says: the restorer sidecar (`agentihooks-restorer
 worker entry point (`agentihooks-restorer entry`) exec'ing the harness, the template's user,
 volumes and memory limit. The harness is the demo's stand-in for Claude Code, which behaves like
 the real 2.1 CLI in what this relies on (session files, `--resume ID -- PROMPT`).
+
+Every connection is TLS, as deploy/k8s/ runs them (issue 24): a CA made for the test issues the
+controller's, the store's and the workers' certificates as deploy/k8s/certificates/ asks
+cert-manager to; the controller serves TLS, the store requires client certificates (mutual TLS),
+and the workers' certificate is the Secret `agentihooks-worker-tls` in the emulator, which the
+shipped worker template (`templates.with_worker_tls`) mounts for the worker and its sidecar: the
+sidecar serves TLS to the entry point and dials the controller and the store with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 import json
 import os
@@ -24,13 +32,22 @@ from typing import Any
 import boto3
 import pytest
 
+from services.common import tls_settings
 from services.common.checkpoints import s3 as s3_backend
 from services.controller import deciding
 from services.controller import main as controller_main
 from services.controller.pods import classifying, templates
 from services.controller.state import reading
+from tests.support import (
+    certificates,
+    git_repos,
+    k8s_emulator,
+    ports,
+    redis_server,
+    s3,
+    store_server,
+)
 from tests.support import controller_server as cs
-from tests.support import git_repos, k8s_emulator, ports, redis_server, s3, store_server
 from tests.support import kubelet as kubelets
 
 SWARM = "example"
@@ -57,6 +74,7 @@ class Cluster:
     bucket: s3.S3Bucket
     image: pathlib.Path
     backend: Any = None
+    tls: TLS | None = None
 
     @property
     def emulator(self) -> k8s_emulator.K8sEmulator:
@@ -75,6 +93,44 @@ class Cluster:
 
     def logs(self, execution: str, container: str) -> str:
         return self.node.logs(cs.NAMESPACE, self.pod_name(execution), container)
+
+
+@dataclasses.dataclass(frozen=True)
+class TLS:
+    """The cluster's CA and the TLS settings of the controller and the store."""
+
+    authority: certificates.Authority
+    controller: tls_settings.TLSSettings
+    store: tls_settings.TLSSettings
+    worker: certificates.Leaf
+
+
+def _issue(folder: pathlib.Path, emulator: k8s_emulator.K8sEmulator) -> TLS:
+    """A CA and the three certificates deploy/k8s/certificates/ issues (each naming
+    ``localhost`` and 127.0.0.1, where the servers listen here), the workers' one stored as the
+    Secret the worker template mounts: ``tls.crt``, ``tls.key``, ``ca.crt``."""
+    authority = certificates.Authority(folder, "agentihooks-ca")
+    controller = authority.issue("agentihooks-controller")
+    store = authority.issue("agentihooks-checkpoint-store")
+    worker = authority.issue("agentihooks-worker")
+    files = {"tls.crt": worker.cert, "tls.key": worker.key, "ca.crt": authority.bundle}
+    emulator.create(
+        "secrets",
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": templates.WORKER_TLS_SECRET},
+            "data": {k: base64.b64encode(v.read_bytes()).decode() for k, v in files.items()},
+        },
+        cs.NAMESPACE,
+    )
+    return TLS(
+        authority,
+        tls_settings.load(certificates.tls_env(authority, controller)),
+        tls_settings.load(certificates.tls_env(authority, store, client_ca=authority)),
+        worker,
+    )
 
 
 def _image_folder() -> pathlib.Path:
@@ -103,7 +159,8 @@ def _project(image: pathlib.Path) -> str:
 
 
 def _template(memory_limit: str, failure: str, image: pathlib.Path) -> dict[str, Any]:
-    """The built-in worker template, with the stand-in's knobs and a small memory limit."""
+    """The template deploy/k8s/ ships (the built-in one with the workers' certificate), with the
+    stand-in's knobs and a small memory limit."""
     template = templates.default_pod_template()
     [worker] = template["spec"]["containers"]
     worker["env"] += [
@@ -123,7 +180,7 @@ def _template(memory_limit: str, failure: str, image: pathlib.Path) -> dict[str,
     ]
     worker["resources"]["requests"]["memory"] = memory_limit
     worker["resources"]["limits"]["memory"] = memory_limit
-    return template
+    return templates.with_worker_tls(template)
 
 
 @pytest.fixture
@@ -143,8 +200,9 @@ async def cluster(
         s3_bucket.name, s3_bucket.endpoint_url, session=s3_bucket.session()
     )
     root = await cs.empty_state(redis_server.url, tmp_path)
+    tls = _issue(tmp_path / "tls", k8s_emulator)
     store, store_port, store_service = await store_server.start_store(
-        root, redis_server.url, backend=backend
+        root, redis_server.url, backend=backend, tls_conf=tls.store
     )
     listen = f"127.0.0.1:{ports.free_port()}"
     conf = controller_main.settings.load_controller(
@@ -175,6 +233,7 @@ async def cluster(
         # The production default: Pods running beside the controller load the machine, and a
         # lease that lapses makes a decision call answer not_leader for a moment.
         lease_ttl_ms=10_000,
+        tls_conf=tls.controller,
     )
     node = kubelets.Kubelet(
         k8s_emulator.url,
@@ -189,7 +248,7 @@ async def cluster(
     await node.start()
     releasing = asyncio.create_task(_fail_once_captured(ctl, image / FAIL_NOW))
     try:
-        yield Cluster(ctl, node, s3_bucket, image, backend)
+        yield Cluster(ctl, node, s3_bucket, image, backend, tls)
     finally:
         releasing.cancel()
         await asyncio.gather(releasing, return_exceptions=True)

@@ -1,10 +1,12 @@
 """Section 8 of the operator guide, run as written with the real kubectl against the Kubernetes
 API emulator (its discovery, OpenAPI v3 and workload kinds, as kubectl reads them).
 
-Each command is taken from the guide's text: the secrets and the bucket written, `kubectl apply
--k deploy/k8s/` from a copy of the repository's deploy/, `get pods`, `scale`, the provider key's
-Secret, and the overlay that replaces the worker Pod template. The objects kubectl created are
-compared with what `kubectl kustomize` renders from the same files.
+Each command is taken from the guide's text: the secrets and the bucket written, the TLS
+Secrets made with openssl (the steps for a cluster without cert-manager), `kubectl apply -k
+deploy/k8s/` from a copy of the repository's deploy/, `get pods`, `scale`, the provider key's
+Secret, the overlay that replaces the worker Pod template, and the checks and the CLI over TLS
+through port-forwards. The objects kubectl created are compared with what `kubectl kustomize`
+renders from the same files.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from services.controller.pods import kubernetes, runtime, templates
+from tests.support import cert_manager, k8s_workloads, kubectl, pod_network, ports
 from tests.support import k8s_emulator as emulators
-from tests.support import k8s_workloads, kubectl, pod_network, ports
 from tests.support import kubelet as kubelet_module
 from tests.support.k8s_emulator import K8sEmulator
 from tests.unit import test_deploy_manifests as k8s
@@ -203,7 +207,7 @@ async def test_the_overlay_replaces_the_worker_pod_template(operator: Operator) 
     assert controller is not None
     template_path = operator.root / "my-deploy" / "worker-pod.yaml"
     template = yaml.safe_load(template_path.read_text())
-    assert template == templates.default_pod_template()
+    assert template == templates.with_worker_tls(templates.default_pod_template())
     entry = re.search(r"`(- \{name: ANTHROPIC_API_KEY[^`]*)`", k8s.section_8())
     assert entry is not None, "section 8 shows the provider key's env entry"
     (worker,) = [c for c in template["spec"]["containers"] if c["name"] == "worker"]
@@ -310,13 +314,14 @@ def with_timeouts(script: str) -> str:
 async def test_the_system_rolls_out_as_the_guide_says(
     tmp_path: pathlib.Path, s3_bucket: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Section 8's apply-and-check block and the controller's rollout, run as written, with the
-    workload controllers making the Pods, the kubelet running them on a Pod network, the Service
-    proxy and the in-cluster API: Redis (with the password from the keys Secret, its append-only
-    file on the claim) rolls out, then both store replicas (ready by their gRPC health, so they
-    reach Redis by its Service name) and both controller replicas (ready by /readyz; they read
-    the API in-cluster with their service account's token). `get pods` shows five Pods
-    `1/1 Running`, and Redis answers with the operator's password only."""
+    """Section 8's TLS steps without cert-manager, then its apply-and-check block and the
+    controller's rollout, run as written, with the workload controllers making the Pods, the
+    kubelet running them on a Pod network, the Service proxy and the in-cluster API: Redis (with
+    the password from the keys Secret, its append-only file on the claim) rolls out, then both
+    store replicas (ready by their gRPC health asked over mutual TLS, so they reach Redis by its
+    Service name) and both controller replicas (ready by /readyz over HTTPS; they read the API
+    in-cluster with their service account's token). `get pods` shows five Pods `1/1 Running`,
+    and Redis answers with the operator's password only."""
     reason = kubelet_module.unsupported_reason()
     if reason is not None:
         pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")
@@ -324,6 +329,7 @@ async def test_the_system_rolls_out_as_the_guide_says(
         await minio_service(emulator, s3_bucket.endpoint_url)
         operator = Operator(tmp_path, emulator)
         await operator.prepare()
+        await make_tls_secrets(operator)
         async with (
             kubelet_module.cluster(emulator, root=tmp_path / "nodes", network=True) as nodes,
             pod_network.ServiceProxy(emulator.url),
@@ -365,6 +371,54 @@ async def test_the_system_rolls_out_as_the_guide_says(
             await check_through_port_forwards(operator, kubelet, monkeypatch)
 
 
+async def make_tls_secrets(operator: Operator) -> None:
+    """The guide's openssl steps, run as written: they make the Secrets deploy/k8s/certificates/
+    asks cert-manager for, with the names and usages its Certificates give."""
+    await operator.run(k8s.shell_block("issue agentihooks-worker"))
+    check_tls_secrets(operator)
+
+
+async def test_cert_manager_issues_the_secrets_the_system_mounts(
+    k8s_emulator: K8sEmulator, tmp_path: pathlib.Path
+) -> None:
+    """Section 8's cert-manager steps, run as written with cert-manager's controllers playing
+    their part: the Issuers and Certificates of deploy/k8s/certificates/ are created, `kubectl
+    wait` sees every Certificate Ready, and the Secrets hold what the workloads mount."""
+    operator = Operator(tmp_path, k8s_emulator)
+    script = k8s.shell_block("kubectl apply -k deploy/k8s/certificates/")
+    async with cert_manager.running(k8s_emulator.url):
+        out = await operator.run(script)
+    assert out.count("condition met") == 4, out
+    check_tls_secrets(operator)
+
+
+def check_tls_secrets(operator: Operator) -> None:
+    """The three TLS Secrets are there as deploy/k8s/certificates/ asks: each has tls.crt,
+    tls.key and ca.crt, names what its Certificate names, serves and dials (server and client
+    usages), and one CA signed them all."""
+    folder = operator.root / "deploy" / "k8s" / "certificates"
+    wanted = {
+        o["spec"]["secretName"]: o["spec"]
+        for o in k8s.render(folder)
+        if o["kind"] == "Certificate" and not o["spec"].get("isCA")
+    }
+    authority = None
+    for name, spec in wanted.items():
+        secret = operator.stored("Secret", name)
+        assert secret is not None, f"the guide's openssl steps made no Secret {name}"
+        assert secret["type"] == "kubernetes.io/tls"
+        data = decoded(secret["data"])
+        assert set(data) == {"tls.crt", "tls.key", "ca.crt"}, name
+        names = k8s.names_on(data["tls.crt"])
+        assert names == {*spec["dnsNames"], *spec["ipAddresses"]}, name
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH} <= set(usages)
+        authority = authority or data["ca.crt"]
+        assert data["ca.crt"] == authority, "one CA signs every certificate"
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(authority))
+
+
 def guide_commands(block: str) -> list[str]:
     """The commands of a shell block, continuation lines joined."""
     return [c.strip() for c in block.replace("\\\n", " ").splitlines() if c.strip()]
@@ -378,24 +432,29 @@ async def check_through_port_forwards(
     operator: Operator, kubelet: kubelet_module.Kubelet, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The guide's port-forward block and CLI block, run as written but for the local ports
-    (free ones, in place of 50051, 8080 and 50052, which may be taken on this machine): both
-    port-forwards start (``Forwarding from``), the controller's and the store's gRPC health
-    answer SERVING through them, /healthz and /readyz answer ok, and the CLI applies a swarm
-    and shows its status; the controller's worker Pod runs, and its sidecar reaches the
-    controller through the Service (`kubectl logs POD -c restorer` shows its restore). Then
-    the Events the controller posted as it fenced the worker and replaced it (`check_events`)."""
+    (free ones, in place of 50051, 8080 and 50052, which may be taken on this machine): the CA
+    and the workers' certificate are read from their Secret, both port-forwards start
+    (``Forwarding from``), the controller's gRPC health (TLS) and the store's (mutual TLS)
+    answer SERVING through them with grpcurl -cacert, /healthz and /readyz answer ok over HTTPS
+    (curl --cacert), plaintext gets no answer, and the CLI, dialing TLS with
+    AGENTIHOOKS_TLS_CA_FILE, applies a swarm and shows its status; the controller's worker Pod
+    runs, and its sidecar reaches the controller through the Service over TLS (`kubectl logs
+    POD -c restorer` shows its restore). Then the Events the controller posted as it fenced the
+    worker and replaced it (`check_events`)."""
     local = {port: ports.free_port() for port in (50051, 8080, 50052)}
 
     def localized(command: str) -> str:
         for port, free in local.items():
             command = command.replace(f"{port}:{port}", f"{free}:{port}")
             command = command.replace(f"127.0.0.1:{port}", f"127.0.0.1:{free}")
+            command = command.replace(f"localhost:{port}", f"localhost:{free}")
         return command
 
     commands = guide_commands(k8s.shell_block("port-forward svc/agentihooks-controller"))
     forwards = [c.removesuffix("&").strip() for c in commands if c.endswith("&")]
     checks = [c for c in commands if not c.endswith("&")]
-    assert len(forwards) == 2 and len(checks) == 3, commands
+    assert len(forwards) == 2 and len(checks) == 6, commands
+    assert all("-plaintext" not in c and "http://" not in c for c in checks), checks
     env = {**operator.env, "PATH": f"{pathlib.Path(sys.executable).parent}:{operator.env['PATH']}"}
     async with contextlib.AsyncExitStack() as stack:
         for forward in forwards:
@@ -407,6 +466,15 @@ async def check_through_port_forwards(
         answers = await kubectl.succeed(localized("\n".join(checks)), cwd=operator.root, env=env)
         assert answers.count('"status": "SERVING"') == 2, answers
         assert answers.strip().endswith('{"status": "ok"}'), answers
+        # Plaintext gets no answer; the store refuses a client without a certificate.
+        refused = [
+            f"grpcurl -plaintext localhost:{local[50051]} grpc.health.v1.Health/Check",
+            f"grpcurl -cacert ca.crt localhost:{local[50052]} grpc.health.v1.Health/Check",
+            f"curl -sS http://localhost:{local[8080]}/healthz",
+        ]
+        for command in refused:
+            code, out, err = await kubectl.shell(command, cwd=operator.root, env=env)
+            assert code != 0 and "SERVING" not in out and "ok" not in out, (command, out, err)
         (operator.root / "swarm.yaml").write_text(KUBERNETES_SWARM)
         cli = k8s.shell_block("s/^operator-token=//p")
         shown = await kubectl.succeed(localized(cli), cwd=operator.root, env=env)

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 
-from services.common import rpc, tokens
+from services.common import rpc, tls, tls_settings, tokens
 from services.common.checkpoints import local, storing
 from services.common.checkpoints import records as ckpt_records
 from services.controller import hub as hubs
@@ -172,12 +172,15 @@ async def start_controller(
     store_addr: str | None = None,
     entry_point: tuple[str, ...] = (),
     events_timeout: float | None = None,
+    tls_conf: tls_settings.TLSSettings | None = None,
 ) -> tuple[Controller, grpc.aio.Server]:
     """Start a controller whose workers are Pods on the emulator (`worker_env`: the settings
     its Pods get, as `agentihooks-controller` gives them from its own; `backend`: where it
     lists checkpoints, the local folder `root` by default; `template`: the worker Pod
     template, the built-in one by default; `events_timeout`: how long one call posting a
-    Kubernetes Event may take, the runtime's default when None)."""
+    Kubernetes Event may take, the runtime's default when None; `tls_conf`: the controller's
+    TLS files, also what the test's own channel dials with, the process's environment when
+    None)."""
     client = aioredis.Redis.from_url(redis_url)
     runtime = kubernetes.KubernetesRuntime(
         emulator.api_client,
@@ -207,10 +210,14 @@ async def start_controller(
     )
     service = grpc_api.RecoveryService(hub)
     server, port = await rpc.start_server(
-        listen, [service.register], [grpc_api.SERVICE_NAME], authenticate=service.authenticate
+        listen,
+        [service.register],
+        [grpc_api.SERVICE_NAME],
+        authenticate=service.authenticate,
+        tls_conf=tls_conf,
     )
     await hub.start()
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = tls.channel(f"127.0.0.1:{port}", tls_conf)
     ctl = Controller(
         hub, pb_grpc.RecoveryStub(channel), channel, emulator, client, root, f"127.0.0.1:{port}"
     )

@@ -3,7 +3,8 @@
 It serves the REST paths the controller uses, for Pods, Secrets and Nodes, and those `kubectl
 apply -k deploy/k8s/` uses, for the kinds deploy/k8s/ holds (Namespaces, ServiceAccounts,
 ConfigMaps, Services, PersistentVolumeClaims, Deployments, StatefulSets, ReplicaSets, RBAC,
-NetworkPolicies; stored as given, with no controller acting on them yet), with kubectl's
+NetworkPolicies, and cert-manager's Issuers and Certificates of deploy/k8s/certificates/; stored
+as given, with no controller acting on them yet), with kubectl's
 discovery (``/api``, ``/apis``, each group/version's resource list) and an OpenAPI v3 index
 whose PATCH operations take ``fieldValidation`` (so kubectl validates on the server, which here
 checks what `_validate` checks, not every field):
@@ -105,6 +106,10 @@ _KINDS = {
     "clusterroles": ("ClusterRole", False, "rbac.authorization.k8s.io/v1"),
     "clusterrolebindings": ("ClusterRoleBinding", False, "rbac.authorization.k8s.io/v1"),
     "networkpolicies": ("NetworkPolicy", True, "networking.k8s.io/v1"),
+    # cert-manager's kinds, as its CRDs serve them (deploy/k8s/certificates/;
+    # `tests.support.cert_manager` plays its controller).
+    "certificates": ("Certificate", True, "cert-manager.io/v1"),
+    "issuers": ("Issuer", True, "cert-manager.io/v1"),
 }
 # (group/version, resource) served as a view of a stored resource: Events, stored once as core
 # v1 and also served as events.k8s.io/v1 (converted each way, `tests.support.k8s_events`).

@@ -60,7 +60,8 @@ What a Pod gets, as the kubelet and a container runtime would give it:
   (restarted with back-off when they exit, counting ``restartCount``); the next init container,
   and the main containers, start once the sidecar has started (its ``startupProbe`` passed; without
   one, once its process runs). Ordinary init containers run to completion in order. Probes
-  (startup, readiness, liveness): ``exec`` (in the container), ``tcpSocket``, ``httpGet``, ``grpc``
+  (startup, readiness, liveness): ``exec`` (in the container), ``tcpSocket``, ``httpGet`` (``scheme:
+  HTTPS`` without verifying the certificate, as a kubelet does), ``grpc``
   (the gRPC health service), on 127.0.0.1. Restart policies ``Never``, ``OnFailure`` and ``Always``
   (back-off ``backoff``: ``CrashLoopBackOff`` while waiting). Once every main container has
   terminated for good, the sidecars get SIGTERM in reverse order (SIGKILL after
@@ -2134,8 +2135,9 @@ class Kubelet:
                     f"{get.get('path', '/')}"
                 )
                 assert self._api.session is not None
+                # As a kubelet does: an HTTPS probe does not verify the certificate.
                 async with self._api.session.get(
-                    url, timeout=aiohttp.ClientTimeout(total=timeout)
+                    url, timeout=aiohttp.ClientTimeout(total=timeout), ssl=False
                 ) as response:
                     return 200 <= response.status < 400
             if "grpc" in probe:

@@ -11,7 +11,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from services.checkpoint_store import service
-from services.common import revocations, rpc, tokens
+from services.common import revocations, rpc, tls_settings, tokens
 from services.common.checkpoints import local
 from tests.support import redis_server
 
@@ -52,9 +52,13 @@ class StoreServer:
 
 
 async def start_store(
-    root: pathlib.Path, redis_url: str, backend: object | None = None
+    root: pathlib.Path,
+    redis_url: str,
+    backend: object | None = None,
+    tls_conf: tls_settings.TLSSettings | None = None,
 ) -> tuple[grpc.aio.Server, int, service.CheckpointStoreService]:
-    """Start the store service on a free loopback port."""
+    """Start the store service on a free loopback port (with `tls_conf`'s TLS files; the
+    process's environment when None)."""
     client = aioredis.Redis.from_url(redis_url)
     store = service.CheckpointStoreService(
         backend or local.LocalFolderBackend(root),  # type: ignore[arg-type]
@@ -63,7 +67,9 @@ async def start_store(
         MAX_OBJECT_BYTES,
         client,
     )
-    server, port = await rpc.start_server("127.0.0.1:0", [store.register], [service.SERVICE_NAME])
+    server, port = await rpc.start_server(
+        "127.0.0.1:0", [store.register], [service.SERVICE_NAME], tls_conf=tls_conf
+    )
     return server, port, store
 
 

@@ -4,10 +4,12 @@
 dummy secrets written from the committed `*.env.example` files, and every rendered object is
 checked against the code: each workload's command goes through its console script's real
 `main()` with the environment Kubernetes would give it (Secret, ConfigMap and field references
-resolved, `$(VAR)` expanded) up to the moment it would serve; ports and probes against the
-addresses it then listens on; Services against the addresses the code gives workers; RBAC against
-the Kubernetes API calls the controller makes; the worker Pod template ConfigMap against the
-built-in template.
+resolved, `$(VAR)` expanded, and the files of its Secret volumes written from certificates
+issued as deploy/k8s/certificates/ asks) up to the moment it would serve; ports and probes
+against the addresses it then listens on; Services against the addresses the code gives workers;
+certificates against the names the code dials; RBAC against the Kubernetes API calls the
+controller makes; the worker Pod template ConfigMap against the built-in template with the
+workers' certificate mounted.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import tempfile
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
@@ -29,15 +32,17 @@ from typing import Any, cast
 
 import pytest
 import yaml
+from cryptography import x509
 
 from services.checkpoint_store import service as store_service
-from services.common import logs, settings
+from services.common import health_probe, logs, settings, tls_settings
 from services.common.checkpoints import backends
 from services.controller import main as controller_main
 from services.controller.api import http_api
 from services.controller.pods import runtime, templates
 from services.restorer import entry as restorer_entry
 from services.restorer import local_worker
+from tests.support import certificates
 from tests.support import kubectl as kubectl_support
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -95,7 +100,11 @@ class Started:
 
 
 def start(
-    command: list[str], env: Mapping[str, str], monkeypatch: pytest.MonkeyPatch, cwd: str = "/"
+    command: list[str],
+    env: Mapping[str, str],
+    monkeypatch: pytest.MonkeyPatch,
+    cwd: str = "/",
+    files: Mapping[str, bytes] | None = None,
 ) -> Started:
     """Run `command` (a console script and its arguments) through the script's real `main()`
     with `env` as the whole environment and `cwd` as its working folder, and stop it where it
@@ -103,7 +112,9 @@ def start(
 
     The controller, the store and the sidecar go through every start-up check of their `main()`
     and stop at `asyncio.run`; the restorer's `entry` and `worker` stop where they would start
-    the worker. A setting the code refuses fails the test with the code's own message.
+    the worker. A setting the code refuses fails the test with the code's own message. `files`
+    are the container's mounted files by path (`mounted_files`): each TLS file a setting names must
+    be one of them, and the code's own check reads their contents.
     """
     script, *argv = command
     assert script in CONSOLE_SCRIPTS, f"{script!r} is not a console script of pyproject.toml"
@@ -131,7 +142,8 @@ def start(
         found["runs"] = args
         raise _Stop
 
-    with monkeypatch.context() as patch:
+    with monkeypatch.context() as patch, tempfile.TemporaryDirectory() as folder:
+        patch.setattr(tls_settings, "check", _mounted_check(files or {}, pathlib.Path(folder)))
         for name in ("load_controller", "load_store", "load_restorer"):
             patch.setattr(settings, name, spy(name, getattr(settings, name)))
         patch.setattr(logs, "configure", lambda *args, **kwargs: None)
@@ -151,6 +163,55 @@ def start(
             pytest.fail(f"{' '.join(command)} returned instead of serving")
     assert "loader" in found, f"{script} loaded no settings"
     return Started(found["loader"], found["conf"], found["read"], found.get("runs", ()))
+
+
+_REAL_TLS_CHECK = tls_settings.check
+
+
+def _mounted_check(
+    files: Mapping[str, bytes], folder: pathlib.Path
+) -> Callable[[tls_settings.TLSSettings], None]:
+    """`tls_settings.check` on a container's mounted files: a path no mounted Secret holds is
+    refused as the code refuses a missing file; the others are checked by the real code on
+    copies in `folder`."""
+
+    def check(conf: tls_settings.TLSSettings) -> None:
+        copies: dict[str, pathlib.Path] = {}
+        for field in ("cert_file", "key_file", "ca_file", "client_ca_file"):
+            path = getattr(conf, field)
+            if path is None:
+                continue
+            if str(path) not in files:
+                raise tls_settings.TLSError(f"{field} {path} is in no mounted Secret volume")
+            copies[field] = folder / f"{field}.pem"
+            copies[field].write_bytes(files[str(path)])
+        _REAL_TLS_CHECK(dataclasses.replace(conf, **copies))
+
+    return check
+
+
+def mounted_files(
+    spec: Mapping[str, Any], c: Mapping[str, Any], issued: Mapping[str, Mapping[str, bytes]]
+) -> dict[str, bytes]:
+    """The files of container `c`'s Secret volumes (of Pod spec `spec`), as the kubelet writes
+    them from the Secrets' data (`issued`: data by Secret name), by path."""
+    volumes = {v["name"]: v for v in spec.get("volumes") or ()}
+    files: dict[str, bytes] = {}
+    for mount in c.get("volumeMounts") or ():
+        source = volumes[mount["name"]].get("secret")
+        if source is None:
+            continue
+        name = source["secretName"]
+        assert name in issued, f"the Secret {name} is neither issued nor made by the guide"
+        for key, content in issued[name].items():
+            files[f"{mount['mountPath'].rstrip('/')}/{key}"] = content
+    return files
+
+
+def workload_files(rendered: Rendered, workload: dict[str, Any], name: str) -> dict[str, bytes]:
+    """The mounted files of container `name` of a Deployment's Pods."""
+    spec = workload["spec"]["template"]["spec"]
+    return mounted_files(spec, container(workload, name), rendered.tls)
 
 
 class _AsyncioStub:
@@ -234,6 +295,8 @@ class Rendered:
     objects: list[dict[str, Any]]
     secrets: dict[str, dict[str, str]]
     folder: pathlib.Path
+    tls: dict[str, dict[str, bytes]] = dataclasses.field(default_factory=dict)
+    """The TLS Secrets' data by name, as certificates/ issues them (`issue`)."""
 
     def all(self, kind: str) -> list[dict[str, Any]]:
         return [o for o in self.objects if o["kind"] == kind]
@@ -272,10 +335,38 @@ def copy_deploy(folder: pathlib.Path) -> None:
 
 
 def render_with_dummy_secrets(folder: pathlib.Path) -> Rendered:
-    """deploy/k8s/ rendered from a copy in `folder` holding dummy secrets."""
+    """deploy/k8s/ rendered from a copy in `folder` holding dummy secrets, with the TLS Secrets
+    that its certificates/ asks cert-manager for."""
     copy_deploy(folder)
     secrets = dummy_secrets(folder)
-    return Rendered(render(folder), secrets, folder)
+    tls = issue(render(folder / "certificates"), folder.parent / "issued")
+    return Rendered(render(folder), secrets, folder, tls)
+
+
+CERT_MANAGER = "cert-manager.io/v1"
+
+
+def issue(objects: list[dict[str, Any]], folder: pathlib.Path) -> dict[str, dict[str, bytes]]:
+    """What cert-manager writes for `objects` (certificates/ rendered): for each Certificate
+    signed by a CA Issuer, a Secret with ``tls.crt`` (naming its dnsNames and ipAddresses),
+    ``tls.key`` and ``ca.crt``, signed by one test CA standing for the issued CA."""
+    authority = certificates.Authority(folder, "agentihooks-ca")
+    issuers = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Issuer"}
+    issued: dict[str, dict[str, bytes]] = {}
+    for cert in (o for o in objects if o["kind"] == "Certificate"):
+        spec = cert["spec"]
+        if spec.get("isCA") or "ca" not in issuers[spec["issuerRef"]["name"]]["spec"]:
+            continue
+        leaf = authority.issue(
+            cert["metadata"]["name"],
+            hosts=(*spec.get("dnsNames", ()), *spec.get("ipAddresses", ())),
+        )
+        issued[spec["secretName"]] = {
+            "tls.crt": leaf.cert.read_bytes(),
+            "tls.key": leaf.key.read_bytes(),
+            "ca.crt": authority.bundle.read_bytes(),
+        }
+    return issued
 
 
 @pytest.fixture(scope="module")
@@ -397,7 +488,8 @@ def test_the_controller_starts_with_its_manifest_and_listens_where_probed(
     deployment = rendered.one("Deployment", "agentihooks-controller")
     c = container(deployment, "controller")
     env = container_env(rendered, deployment, "controller")
-    started = start(command_of(c, env), env, monkeypatch)
+    files = workload_files(rendered, deployment, "controller")
+    started = start(command_of(c, env), env, monkeypatch, files=files)
     conf = started.conf
     assert started.loader == "load_controller"
     assert conf.runtime == "kubernetes"
@@ -447,7 +539,8 @@ def test_the_controller_and_the_store_share_the_storage_settings(
         refs = {next(iter(source.values()))["name"] for source in c["envFrom"]}
         assert refs == {settings_map["metadata"]["name"], s3_secret["metadata"]["name"]}
         env = container_env(rendered, deployment, container_name)
-        confs.append(start(command_of(c, env), env, monkeypatch).conf.storage)
+        files = workload_files(rendered, deployment, container_name)
+        confs.append(start(command_of(c, env), env, monkeypatch, files=files).conf.storage)
     controller, store = confs
     assert controller == store
     assert controller.checkpoint_bucket == settings_map["data"]["AGENTIHOOKS_CHECKPOINT_BUCKET"]
@@ -468,7 +561,8 @@ def test_the_store_starts_with_its_manifest_and_listens_where_probed(
     deployment = rendered.one("Deployment", "agentihooks-checkpoint-store")
     c = container(deployment, "store")
     env = container_env(rendered, deployment, "store")
-    started = start(command_of(c, env), env, monkeypatch)
+    files = workload_files(rendered, deployment, "store")
+    started = start(command_of(c, env), env, monkeypatch, files=files)
     conf = started.conf
     assert started.loader == "load_store"
     defaults = settings.load_store(
@@ -477,10 +571,14 @@ def test_the_store_starts_with_its_manifest_and_listens_where_probed(
     assert host_of(conf.listen) == "0.0.0.0"
     assert port_of(conf.listen) == port_of(defaults.listen) == named_port(c, "grpc")
     readiness, liveness = c["readinessProbe"], c["livenessProbe"]
-    assert readiness["grpc"] == {
-        "port": port_of(conf.listen),
-        "service": store_service.SERVICE_NAME,
-    }
+    # Ready by the store service's gRPC health (NOT_SERVING while Redis does not answer). The
+    # kubelet's `grpc` probe cannot do TLS: the container asks itself, over mutual TLS with its
+    # own certificate, at a name that certificate has (test_health_probe runs the command).
+    command = readiness["exec"]["command"]
+    assert command[:3] == ["python3", "-m", health_probe.__name__]
+    address, service = command[3:]
+    assert port_of(address) == port_of(conf.listen) and service == store_service.SERVICE_NAME
+    assert host_of(address) in names_on(files[str(conf.tls.cert_file)])
     # A connection accepted means alive; a Redis outage (NOT_SERVING) never restarts the store.
     assert set(liveness) & {"grpc", "httpGet", "exec"} == set()
     assert named_port(c, liveness["tcpSocket"]["port"]) == port_of(conf.listen)
@@ -503,7 +601,10 @@ def test_services_are_where_the_code_sends_workers_and_clients(
     store = rendered.one("Deployment", "agentihooks-checkpoint-store")
     redis = rendered.one("StatefulSet", "agentihooks-redis")
     env = container_env(rendered, controller, "controller")
-    conf = start(command_of(container(controller, "controller"), env), env, monkeypatch).conf
+    files = workload_files(rendered, controller, "controller")
+    conf = start(
+        command_of(container(controller, "controller"), env), env, monkeypatch, files=files
+    ).conf
 
     assert settings.CONTROLLER_SERVICE == "agentihooks-controller"
     control = rendered.one("Service", settings.CONTROLLER_SERVICE)
@@ -516,7 +617,12 @@ def test_services_are_where_the_code_sends_workers_and_clients(
     assert host_of(conf.store_addr) == f"agentihooks-checkpoint-store.{namespace}.svc"
     assert port_of(conf.store_addr) == service_port(store_service, store, "grpc")[0]
     store_env = container_env(rendered, store, "store")
-    store_conf = start(command_of(container(store, "store"), store_env), store_env, monkeypatch)
+    store_conf = start(
+        command_of(container(store, "store"), store_env),
+        store_env,
+        monkeypatch,
+        files=workload_files(rendered, store, "store"),
+    )
     assert service_port(store_service, store, "grpc")[1] == port_of(store_conf.conf.listen)
 
     redis_service = rendered.one("Service", "agentihooks-redis")
@@ -724,6 +830,23 @@ def test_rbac_grants_exactly_what_the_controller_calls_need(rendered: Rendered) 
     assert controller.get("automountServiceAccountToken", True) is True
 
 
+def worker_pod(conf: Any, env: Mapping[str, str], template: Mapping[str, Any]) -> dict[str, Any]:
+    """The Pod the controller of settings `conf` (its environment `env`) renders from
+    `template` for a first attempt, with what it gives every worker."""
+    spec = runtime.LaunchSpec(
+        swarm="example",
+        seat="eng-1",
+        execution_id="example.eng-1.1",
+        generation=1,
+        image=conf.worker_image,
+        command=conf.entry_point,
+        worker_credential="credential",
+        env={},
+    )
+    worker_env = controller_main.worker_settings(conf, conf.worker_control_addr, env)
+    return templates.render_pod(template, spec, namespace=conf.namespace, defaults=worker_env)
+
+
 def test_the_worker_pod_template_is_shipped_to_the_controller(
     rendered: Rendered, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -738,7 +861,8 @@ def test_the_worker_pod_template_is_shipped_to_the_controller(
     controller = rendered.one("Deployment", "agentihooks-controller")
     c = container(controller, "controller")
     env = container_env(rendered, controller, "controller")
-    conf = start(command_of(c, env), env, monkeypatch).conf
+    files = workload_files(rendered, controller, "controller")
+    conf = start(command_of(c, env), env, monkeypatch, files=files).conf
 
     volumes = {
         v["name"]: v["configMap"]["name"]
@@ -752,20 +876,9 @@ def test_the_worker_pod_template_is_shipped_to_the_controller(
         f"AGENTIHOOKS_POD_TEMPLATE {conf.pod_template} is not in the mounted template ConfigMap"
     )
     template = yaml.safe_load(template_map["data"][conf.pod_template.name])
-    assert template == templates.default_pod_template()
+    assert template == templates.with_worker_tls(templates.default_pod_template())
 
-    spec = runtime.LaunchSpec(
-        swarm="example",
-        seat="eng-1",
-        execution_id="example.eng-1.1",
-        generation=1,
-        image=conf.worker_image,
-        command=conf.entry_point,
-        worker_credential="credential",
-        env={},
-    )
-    worker_env = controller_main.worker_settings(conf, conf.worker_control_addr, env)
-    pod = templates.render_pod(template, spec, namespace=conf.namespace, defaults=worker_env)
+    pod = worker_pod(conf, env, template)
     worker = pod["spec"]["containers"][0]
     sidecar = pod["spec"]["initContainers"][0]
     for each in (worker, sidecar):
@@ -779,14 +892,19 @@ def test_the_worker_pod_template_is_shipped_to_the_controller(
     assert worker["command"] == ["agentihooks-restorer", "entry"]
     worker_values = {e["name"]: e.get("value") or "credential" for e in worker["env"]}
     workdir = [args for keyword, args in dockerfile_instructions() if keyword == "WORKDIR"][-1]
-    _, worktree = start(worker["command"], worker_values, monkeypatch, cwd=workdir).runs
+    pod_files = mounted_files(pod["spec"], worker, rendered.tls)
+    _, worktree = start(
+        worker["command"], worker_values, monkeypatch, cwd=workdir, files=pod_files
+    ).runs
     mounts = {m["mountPath"] for m in worker["volumeMounts"]}
     assert str(worktree.parent) in mounts and str(worktree) not in mounts
     assert sidecar["volumeMounts"] == worker["volumeMounts"]
     sidecar_values = {e["name"]: e.get("value") or "credential" for e in sidecar["env"]}
     assert sidecar_values["HOME"] == worker_values["HOME"] in mounts
     assert sidecar["command"][:2] == ["agentihooks-restorer", "serve"]
-    start(sidecar["command"], sidecar_values, monkeypatch)
+    started = start(sidecar["command"], sidecar_values, monkeypatch, files=pod_files)
+    # The sidecar serves TLS with the workers' certificate and dials with it (its CA set).
+    assert started.conf.tls.serving and started.conf.tls.dialing
 
 
 def test_one_image_whose_tag_is_the_compatibility_key(
@@ -867,7 +985,7 @@ def test_an_overlay_replaces_the_worker_pod_template(rendered: Rendered) -> None
     root = rendered.folder.parent
     overlay = root / "my-deploy"
     overlay.mkdir(exist_ok=True)
-    template = templates.default_pod_template()
+    template = templates.with_worker_tls(templates.default_pod_template())
     template["spec"]["containers"][0]["resources"]["limits"]["memory"] = "8Gi"
     (overlay / "worker-pod.yaml").write_text(yaml.safe_dump(template))
     (overlay / "kustomization.yaml").write_text(
@@ -901,6 +1019,146 @@ def dockerfile_instructions() -> list[tuple[str, str]]:
             keyword, _, rest = line.strip().partition(" ")
             found.append((keyword.upper(), " ".join(rest.split())))
     return found
+
+
+# --- TLS ------------------------------------------------------------------------------------
+
+
+def names_on(pem: bytes) -> set[str]:
+    """The DNS names and IP addresses a PEM certificate is valid for."""
+    cert = x509.load_pem_x509_certificate(pem)
+    alternatives = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    return {*alternatives.get_values_for_type(x509.DNSName)} | {
+        str(ip) for ip in alternatives.get_values_for_type(x509.IPAddress)
+    }
+
+
+def tls_secret_volumes(spec: Mapping[str, Any]) -> dict[str, str]:
+    """Secret name -> mount path of a Pod spec's TLS volume (mounted in its containers)."""
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec["volumes"] if "secret" in v}
+    found = {}
+    for c in spec["containers"]:
+        for mount in c.get("volumeMounts") or ():
+            if mount["name"] in secrets:
+                assert mount.get("readOnly") is True, mount
+                found[secrets[mount["name"]]] = mount["mountPath"]
+    return found
+
+
+@pytest.fixture(scope="module")
+def issuance(rendered: Rendered) -> Rendered:
+    """deploy/k8s/certificates/ rendered (the cert-manager objects)."""
+    folder = rendered.folder / "certificates"
+    return Rendered(render(folder), {}, folder)
+
+
+def test_cert_manager_issues_each_certificate_from_the_systems_own_ca(
+    rendered: Rendered, issuance: Rendered
+) -> None:
+    """A self-signed bootstrap Issuer signs the CA Certificate, whose Secret a CA Issuer signs
+    every other Certificate with: one for the controller, one for the store and one for the
+    workers, each with server and client usages (a process serves with it and presents it when
+    it dials), a renewal before it ends and a new key each time, written to the Secrets the
+    workloads and the worker Pod template mount."""
+    namespace = rendered.namespace()
+    assert all(o["metadata"]["namespace"] == namespace for o in issuance.objects)
+    assert {o["apiVersion"] for o in issuance.objects} == {CERT_MANAGER}
+    issuers = {o["metadata"]["name"]: o["spec"] for o in issuance.all("Issuer")}
+    certs = {o["metadata"]["name"]: o["spec"] for o in issuance.all("Certificate")}
+    (bootstrap,) = [name for name, spec in issuers.items() if spec == {"selfSigned": {}}]
+    (ca,) = [spec for spec in certs.values() if spec.get("isCA")]
+    assert ca["issuerRef"] == {"name": bootstrap, "kind": "Issuer", "group": "cert-manager.io"}
+    (ca_issuer,) = [name for name, spec in issuers.items() if spec.get("ca")]
+    assert issuers[ca_issuer]["ca"]["secretName"] == ca["secretName"]
+    leaves = {spec["secretName"]: spec for spec in certs.values() if not spec.get("isCA")}
+    for name, spec in leaves.items():
+        assert spec["issuerRef"]["name"] == ca_issuer, name
+        assert {"server auth", "client auth"} <= set(spec["usages"]), name
+        assert spec["privateKey"]["rotationPolicy"] == "Always", name
+        assert spec["renewBefore"] and spec["duration"], name
+
+    controller = rendered.one("Deployment", "agentihooks-controller")["spec"]["template"]["spec"]
+    store = rendered.one("Deployment", "agentihooks-checkpoint-store")["spec"]["template"]["spec"]
+    worker = templates.with_worker_tls(templates.default_pod_template())["spec"]
+    mounted = [tls_secret_volumes(spec) for spec in (controller, store, worker)]
+    assert [set(m) for m in mounted] == [
+        {"agentihooks-controller-tls"},
+        {"agentihooks-checkpoint-store-tls"},
+        {templates.WORKER_TLS_SECRET},
+    ]
+    assert set(leaves) == {name for m in mounted for name in m}
+    assert set(rendered.tls) == set(leaves)
+    # The key is readable by the Pod's group only (fsGroup), never by others.
+    for spec in (controller, store, worker):
+        (volume,) = [v for v in spec["volumes"] if "secret" in v]
+        assert volume["secret"]["defaultMode"] == 0o440
+        assert spec["securityContext"]["fsGroup"] == spec["securityContext"]["runAsGroup"]
+
+
+def test_every_server_serves_tls_and_the_store_requires_client_certificates(
+    rendered: Rendered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each workload reads its AGENTIHOOKS_TLS_* settings from the files of the Secret it
+    mounts (`start` refuses a path no mounted Secret holds): the controller serves TLS and
+    dials its peers verifying their certificates, the store serves mutual TLS."""
+    confs = {}
+    for name, c_name in (
+        ("agentihooks-controller", "controller"),
+        ("agentihooks-checkpoint-store", "store"),
+    ):
+        deployment = rendered.one("Deployment", name)
+        c = container(deployment, c_name)
+        env = container_env(rendered, deployment, c_name)
+        files = workload_files(rendered, deployment, c_name)
+        started = start(command_of(c, env), env, monkeypatch, files=files)
+        assert {n for n in env if n.startswith("AGENTIHOOKS_TLS_")} <= started.read
+        confs[c_name] = started.conf.tls
+    controller, store = confs["controller"], confs["store"]
+    assert tls_settings.transport(controller) == "tls" and controller.dialing
+    assert tls_settings.transport(store) == "mutual_tls"
+    service = f"{settings.CONTROLLER_SERVICE}.{rendered.namespace()}.svc"
+    assert controller.peer_name == service
+
+
+def test_certificates_name_the_addresses_the_code_dials(
+    rendered: Rendered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker dials the controller at AGENTIHOOKS_WORKER_CONTROL_ADDR and the store at
+    AGENTIHOOKS_STORE_ADDR, a replica forwards expecting AGENTIHOOKS_TLS_PEER_NAME, an operator's
+    port-forward dials localhost, and the entry point dials its sidecar where the sidecar
+    listens: each name is on the certificate of the server dialed, signed by the CA every
+    client trusts."""
+    controller = rendered.one("Deployment", "agentihooks-controller")
+    env = container_env(rendered, controller, "controller")
+    files = workload_files(rendered, controller, "controller")
+    conf = start(
+        command_of(container(controller, "controller"), env), env, monkeypatch, files=files
+    ).conf
+    controller_names = names_on(rendered.tls["agentihooks-controller-tls"]["tls.crt"])
+    store_names = names_on(rendered.tls["agentihooks-checkpoint-store-tls"]["tls.crt"])
+    worker_names = names_on(rendered.tls[templates.WORKER_TLS_SECRET]["tls.crt"])
+    assert host_of(conf.worker_control_addr) in controller_names
+    assert conf.tls.peer_name in controller_names
+    assert {"localhost", "127.0.0.1"} <= controller_names & store_names
+    assert host_of(conf.store_addr) in store_names
+
+    template = yaml.safe_load((DEPLOY / "templates" / "worker-pod.yaml").read_text())
+    pod = worker_pod(conf, env, template)
+    worker, sidecar = pod["spec"]["containers"][0], pod["spec"]["initContainers"][0]
+    listen = sidecar["command"][sidecar["command"].index("--listen") + 1]
+    assert host_of(listen) in worker_names
+    values = {e["name"]: e.get("value") or "credential" for e in worker["env"]}
+    workdir = [args for keyword, args in dockerfile_instructions() if keyword == "WORKDIR"][-1]
+    pod_files = mounted_files(pod["spec"], worker, rendered.tls)
+    entry = start(worker["command"], values, monkeypatch, cwd=workdir, files=pod_files)
+    assert entry.runs[0] == listen  # where the entry point dials its sidecar
+    assert entry.conf.tls.dialing
+
+    # One CA signed them all, and it is the ca.crt every Secret carries.
+    (ca_pem,) = {data["ca.crt"] for data in rendered.tls.values()}
+    authority = x509.load_pem_x509_certificate(ca_pem)
+    for data in rendered.tls.values():
+        x509.load_pem_x509_certificate(data["tls.crt"]).verify_directly_issued_by(authority)
 
 
 # --- The guide -------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from services.common import settings
+from services.common import settings, tls_settings
 from services.controller.pods import classifying, runtime
 
 RESTORER_PORT = 50053
@@ -74,13 +74,71 @@ _DEFAULT_TEMPLATE: dict[str, Any] = {
 }
 
 
+WORKER_TLS_SECRET = "agentihooks-worker-tls"
+"""The Secret with the workers' shared certificate (``tls.crt``, ``tls.key``, ``ca.crt``), as
+deploy/k8s/certificates/ issues it."""
+TLS_VOLUME = "tls"
+TLS_FOLDER = "/etc/agentihooks/tls"
+"""Where a Pod of deploy/k8s/ mounts its TLS Secret (the controller's and the store's too)."""
+_TLS_FILES = {
+    tls_settings.CERT_FILE: "tls.crt",
+    tls_settings.KEY_FILE: "tls.key",
+    tls_settings.CA_FILE: "ca.crt",
+}
+"""The TLS settings of a worker Pod and the key of the Secret each names. No client CA: the
+sidecar listens on the Pod's loopback only, where every client holds the same certificate."""
+
+
 def default_pod_template() -> dict[str, Any]:
-    """A fresh copy of the default worker Pod template (the one deploy/k8s/ ships).
+    """A fresh copy of the built-in worker Pod template: plaintext, mounting no certificate.
+
+    A controller given no template (the local demo, tests) uses it; deploy/k8s/ ships
+    `with_worker_tls` of it.
 
     Returns:
         The Pod template; its container ``worker`` gets each attempt's image and command.
     """
     return copy.deepcopy(_DEFAULT_TEMPLATE)
+
+
+def with_worker_tls(template: Mapping[str, Any], secret: str = WORKER_TLS_SECRET) -> dict[str, Any]:
+    """`template` with the workers' TLS Secret mounted read-only in its ``worker`` container
+    and the ``AGENTIHOOKS_TLS_*`` settings naming its files: the template deploy/k8s/ ships.
+
+    The injected sidecar mounts what the worker mounts and shares its TLS settings
+    (`SHARED_SETTINGS`), so it serves TLS to the entry point on 127.0.0.1 (the certificate
+    names it) and dials the controller and the store with the certificate as its client
+    certificate; the entry point dials the sidecar verifying it with ``ca.crt``. The files are
+    readable by the Pod's ``fsGroup`` only (mode 0440).
+
+    Args:
+        template: A worker Pod template with a container named ``worker``.
+        secret: The Secret holding ``tls.crt``, ``tls.key`` and ``ca.crt``.
+
+    Returns:
+        A new template; the argument is left unchanged.
+    """
+    result: dict[str, Any] = _copy(template)
+    spec = result.setdefault("spec", {})
+    worker = next(
+        (c for c in spec.get("containers") or () if c.get("name") == classifying.WORKER_CONTAINER),
+        None,
+    )
+    if worker is None:
+        raise ValueError(f"the Pod template has no container named {classifying.WORKER_CONTAINER}")
+    worker["env"] = [
+        *(e for e in worker.get("env") or () if e.get("name") not in _TLS_FILES),
+        *({"name": name, "value": f"{TLS_FOLDER}/{file}"} for name, file in _TLS_FILES.items()),
+    ]
+    worker["volumeMounts"] = [
+        *(m for m in worker.get("volumeMounts") or () if m.get("name") != TLS_VOLUME),
+        {"name": TLS_VOLUME, "mountPath": TLS_FOLDER, "readOnly": True},
+    ]
+    spec["volumes"] = [
+        *(v for v in spec.get("volumes") or () if v.get("name") != TLS_VOLUME),
+        {"name": TLS_VOLUME, "secret": {"secretName": secret, "defaultMode": 0o440}},
+    ]
+    return result
 
 
 def pod_name(swarm: str, execution_id: str) -> str:
@@ -122,6 +180,11 @@ SHARED_SETTINGS = (
     "AGENTIHOOKS_CAPTURE_INTERVAL_S",
     "AGENTIHOOKS_QUALIFIED_VERSIONS",
     *settings.HARNESS_VARIABLES,
+    # The Pod's certificate: the sidecar serves with it and dials with it (`with_worker_tls`).
+    tls_settings.CERT_FILE,
+    tls_settings.KEY_FILE,
+    tls_settings.CA_FILE,
+    tls_settings.CLIENT_CA_FILE,
 )
 """Settings the worker container and the restorer sidecar share: set in the template's worker
 container, they reach the sidecar too (the sidecar is what talks to the controller and the
