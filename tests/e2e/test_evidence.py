@@ -166,13 +166,19 @@ async def test_a_conversation_mismatch_is_refused(cluster: Cluster) -> None:
     await cluster.ctl.apply(_document(cluster, automation=False))
 
     async def another_session() -> None:
+        # Every native checkpoint of the attempt (continuous capture writes several; the card
+        # offers the newest): each now names another conversation than the fenced attempt held.
         store = cluster.backend.scoped(storing.StoreScope(SWARM, f"t-{SEAT}", 1))
-        [checkpoint_id] = await store.list_checkpoint_ids()
-        data = await store.get_manifest(checkpoint_id)
-        assert data is not None
-        record, _ = records.decode_manifest(data)
-        record["native"]["native_session_id"] = "00000000-0000-4000-8000-000000000000"
-        await store.put_manifest(checkpoint_id, records.encode_manifest(record))
+        checkpoint_ids = await store.list_checkpoint_ids()
+        assert checkpoint_ids
+        for checkpoint_id in checkpoint_ids:
+            data = await store.get_manifest(checkpoint_id)
+            assert data is not None
+            record, _ = records.decode_manifest(data)
+            if record.get("native") is None:
+                continue  # context only (captured before the session began): no session id
+            record["native"]["native_session_id"] = "00000000-0000-4000-8000-000000000000"
+            await store.put_manifest(checkpoint_id, records.encode_manifest(record))
 
     await _held_then(cluster, another_session)
     await _replacement_done(cluster)
