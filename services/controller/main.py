@@ -91,6 +91,16 @@ async def open_runtime(conf: settings.ControllerSettings) -> AsyncIterator[pods.
         template = templates.default_pod_template()
         if conf.pod_template is not None:
             template = yaml.safe_load(conf.pod_template.read_text())
+        if conf.tls.dialing and not templates.dials_tls(template):
+            # The controller serves TLS but its workers would dial it in plaintext and fail:
+            # say so once at start rather than in every worker's log.
+            logs.event(
+                log,
+                "worker_pods_plaintext",
+                logging.WARNING,
+                hint="the worker Pod template sets no AGENTIHOOKS_TLS_CA_FILE on its worker"
+                " container: mount the workers' certificate (deploy/k8s/templates/worker-pod.yaml)",
+            )
         api = kubernetes.ApiClient()
         assert conf.worker_control_addr is not None  # always set for the kubernetes runtime
         cluster = kubernetes.KubernetesRuntime(

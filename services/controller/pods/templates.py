@@ -141,6 +141,16 @@ def with_worker_tls(template: Mapping[str, Any], secret: str = WORKER_TLS_SECRET
     return result
 
 
+def dials_tls(template: Mapping[str, Any]) -> bool:
+    """Whether a worker Pod template's ``worker`` container names a CA bundle to dial with
+    (``AGENTIHOOKS_TLS_CA_FILE``): what a controller serving TLS needs of its workers."""
+    for container in template.get("spec", {}).get("containers") or ():
+        if container.get("name") == classifying.WORKER_CONTAINER:
+            names = {e.get("name") for e in container.get("env") or ()}
+            return tls_settings.CA_FILE in names
+    return False
+
+
 def pod_name(swarm: str, execution_id: str) -> str:
     """The Pod name of an attempt: readable, a valid DNS label, distinct per (swarm, execution).
 
