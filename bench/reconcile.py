@@ -17,10 +17,10 @@ measured in the same run:
    with no new failure (the lists, every Pod classified, the attention set read: what
    bench/reconcile_list.py measured before it was folded in here).
 2. **Latency.** A swarm of 200 seats with its controller loop running (`Recovery.run`: lease,
-   the Pod and Node watches, the watch's fast path for failed workers, listing passes at least
-   every 2 s, the default interval). One Pod at a time is set to failed and the time until the
-   API server receives its replacement's creation is taken; then the replacement reports its
-   outcome (which closes the recovery) before the next failure.
+   the Pod and Node watches, the seat queue the watch brings failed workers' seats to, resyncs
+   at least every 2 s, the default interval). One Pod at a time is set to failed and the time
+   until the API server receives its replacement's creation is taken; then the replacement
+   reports its outcome (which closes the recovery) before the next failure.
    Baseline: a bare kubernetes-asyncio client that watches 200 Pods of another label in the
    same emulator (raw lines, ``json.loads``) and, on the same kind of event, creates one Pod of
    the same shape. The two alternate, 200 failures each; p50 and p99 of each.

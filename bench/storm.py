@@ -8,7 +8,7 @@ seconds. Each failure is a kubelet-like status (OOMKilled, Evicted, a non-zero e
 lost, in turn) set on every seat's Pod at the same moment.
 
 In-process scenarios (the controller is a `Hub` in this process: its swarm loops, the lease,
-the runtime's watch and fast path, listing passes every 2 s):
+the runtime's watch feeding each swarm's seat queue, resyncs every 2 s):
 
 1. ``fresh``: 1,000 seats of one swarm (legacy spawns, restore automation on: each failure
    is replaced fresh without a choice).

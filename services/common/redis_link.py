@@ -257,15 +257,7 @@ class RedisLink:
         while not self.up.is_set():
             if stop is not None and stop.is_set():
                 return False
-            waits = [asyncio.ensure_future(self.up.wait())]
-            if stop is not None:
-                waits.append(asyncio.ensure_future(stop.wait()))
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for w in waits:
-                    w.cancel()
-                await asyncio.gather(*waits, return_exceptions=True)
+            await waiting.first((self.up,) if stop is None else (self.up, stop))
         return True
 
     async def wait_known(self, timeout: float) -> bool | None:

@@ -44,6 +44,17 @@ class Backoff:
         await asyncio.sleep(self.next())
 
 
+async def first(events: Iterable[asyncio.Event], timeout: float | None = None) -> None:
+    """Wait until one of `events` is set, at most `timeout` seconds (None: no limit)."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
 async def tell(
     subscribers: Iterable[Subscriber], state: bool, logger: logging.Logger, failed_event: str
 ) -> None:

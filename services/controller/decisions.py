@@ -118,7 +118,8 @@ async def choose(
     *,
     request_field: str | None = None,
 ) -> Result:
-    """Accept `choice` for the fenced attempt `execution` and launch its replacement.
+    """Accept `choice` for the fenced attempt `execution`: its replacement is admitted; the
+    seat's worker launches it (`reconciling`), like every other replacement.
 
     Raises:
         errors.Refused: `no recovery decision is pending for this attempt` (not fenced, or a
@@ -143,7 +144,10 @@ async def choose(
                 detail=telemetry.detail(request="repeated", choice=choice.value),
             )
         return Result(existing, repeated=True)
-    fence = await replacing.finish_release(ctx, fence)
+    # The authority releases precede any replacement (the accept script checks them). The lost
+    # attempt's Pod is the seat's worker's to remove, after it launched the replacement: a
+    # decision call does no runtime call of its own beside that worker.
+    fence = await replacing.release_authority(ctx, fence)
     found = await ctx.checkpoints.newest_compatible(fence.scope, ctx.worker_image)
     directive = deciding.plan_for(choice, fence, found)
     admission = await replacing.admit(
@@ -159,12 +163,6 @@ async def choose(
     )
     decided = admission.decision
     if admission.status in ("accepted", "repeated") and decided is not None:
-        if admission.status == "accepted" and decided.replacement_execution_id:
-            replacement = await reading.execution(
-                ctx.client, ctx.swarm, decided.replacement_execution_id
-            )
-            if replacement is not None:
-                await replacing.launch_or_defer(ctx, replacement)
         return Result(decided, repeated=admission.status == "repeated")
     raise errors.Refused(deciding.NOT_PENDING)
 
@@ -176,7 +174,8 @@ async def restore_decision(
     agent: str | None,
     caller: records.Principal,
 ) -> Result:
-    """Choose resume or fresh now (`Recovery.RestoreDecision`).
+    """Choose resume or fresh now (`Recovery.RestoreDecision`); the caller has the seat
+    worked (its replacement launched) before it answers.
 
     Args:
         ctx: The swarm's context.
@@ -207,7 +206,7 @@ async def request_restore_decision(
     agent: str | None,
     caller: records.Principal,
 ) -> Recorded:
-    """Only record the choice; the next recovery pass applies it under the lease and drops it
+    """Only record the choice; the seat's worker applies it under the lease and drops it
     (`Recovery.RequestRestoreDecision`). Requests are deduplicated by attempt and choice.
 
     Raises:
@@ -229,9 +228,9 @@ async def request_restore_decision(
 async def apply_requests(
     ctx: replacing.Context, recorded: list[tuple[str, records.Request]]
 ) -> tuple[int, int]:
-    """Apply every recorded request under the lease, then drop it (the pass's last step).
-    `recorded`: the requests as the pass read them at its start (`reading.before_listing`);
-    one recorded since waits for the next pass.
+    """Apply recorded requests under the lease, then drop each (the decide step of their
+    seat's reconcile). `recorded`: the seat's requests as its worker read them; one recorded
+    since brings the seat back to the queue.
 
     A refused request is dropped and logged as `controller: the recovery request for
     EXECUTION was refused: REASON`. Returns (applied, refused).

@@ -97,7 +97,8 @@ class Metrics:
         return Counter(name, documentation, ["swarm"], registry=self.registry)
 
     def observe(self, swarm: str, report: recovering.PassReport) -> None:
-        """Count what one pass did."""
+        """Count what one pass did, or work the seat queue did that no pass waited for (from
+        the watch, or `queued`: a retry): only a listing pass's duration is observed."""
         if report.standby or report.lease_lost:
             return
         self.fences.labels(swarm).inc(len(report.fenced))
@@ -108,7 +109,7 @@ class Metrics:
         self.relaunched.labels(swarm).inc(len(report.relaunched))
         if report.watched:
             self.watch_fences.labels(swarm).inc(len(report.fenced))
-        else:
+        elif not report.queued:
             self.pass_seconds.labels(swarm).observe(report.seconds)
 
     async def refresh(self, recoveries: dict[str, recovering.Recovery]) -> None:

@@ -278,17 +278,6 @@ async def launch_or_defer(
         )
 
 
-async def finish_release(ctx: Context, fence: records.Fence) -> records.Fence:
-    """Do each release the fence does not record yet; return the fence as recorded now.
-
-    The worker credential (launch grant) and store grants are revoked by id, the provider
-    account slot ends, and the Pod is removed; a fenced worker keeps no claim, grant or account
-    authority. A Pod the runtime could not remove is retried on the next pass.
-    """
-    fence = await release_authority(ctx, fence)
-    return await remove_pod(ctx, fence)
-
-
 async def release_authority(ctx: Context, fence: records.Fence) -> records.Fence:
     """Revoke the fenced attempt's grants and end its account slot, each once; return the
     fence as recorded now.

@@ -96,11 +96,11 @@ async def before_listing(
     scripts: scripting.Scripts, swarm: str, skip: Iterable[str] = ()
 ) -> PassReads:
     """What a listing pass reads before it lists the runtime, in one read-only script: the
-    expected attempts, the attention set, each attention seat but those in `skip` (the
-    watch's fast path has them) sorted into those with work left and those only awaiting
-    their replacement's report, and the recorded requests. At a hundred swarms a pass of each
-    every few seconds, a storm's worth of seats in each: one round trip instead of a pipeline
-    per step, and the seats with nothing to do are not sent back."""
+    expected attempts, the attention set, each attention seat but those in `skip` (the seat
+    queue holds them: their worker reads them) sorted into those with work left and those
+    only awaiting their replacement's report, and the recorded requests. At a hundred swarms a
+    pass of each every few seconds, a storm's worth of seats in each: one round trip instead of
+    a pipeline per step, and the seats with nothing to do are not sent back."""
     raw_expected, members, awaiting, raw_seats, raw_requests = await scripts.read(
         "pass_reads",
         keys=[keys.expected(swarm), keys.attention(swarm), keys.requests(swarm)],

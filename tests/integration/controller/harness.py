@@ -132,6 +132,19 @@ class FakeRuntime:
         )
 
 
+class WatchedRuntime(FakeRuntime):
+    """The fake runtime with a watch the test feeds (`changes`); it asks for a resync first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.changes: asyncio.Queue[pods.Change] = asyncio.Queue()
+
+    async def watch(self, swarm: str) -> AsyncIterator[pods.Change]:
+        yield pods.Change(relist=True)
+        while True:
+            yield await self.changes.get()
+
+
 def summary(
     checkpoint_id: str,
     *,

@@ -1,5 +1,6 @@
-"""The watch's fast path (`Recovery.recover_failed`) on real Redis: the steps of a listing pass
-for the seats a watch saw fail, without a list, and safe beside a listing pass."""
+"""The watch's path (`Recovery.recover_failed`: the seats of attempts the watch saw fail, brought
+to the seat queue) on real Redis: the steps of a listing pass for those seats, without a list,
+and safe beside a listing pass (one worker per seat; a seat queued is queued once)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, records
 from tests.integration.controller import harness as h
 from tests.integration.controller.harness import SWARM, first, second
+from tests.support import ports
 
 OOM = classifying.FailureReason.OOM_KILLED
 
@@ -68,9 +70,9 @@ class Tally:
                 self.writes[f"release:{kind}"] += 1
 
 
-async def started(client: aioredis.Redis) -> tuple[h.Harness, Lists, Tally]:
+async def started(client: aioredis.Redis, **doc: Any) -> tuple[h.Harness, Lists, Tally]:
     """Legacy spawns (replaced fresh without a choice), on a counting runtime."""
-    hx = await h.start(client, legacy=True)
+    hx = await h.start(client, legacy=True, **doc)
     runtime, tally = Lists(), Tally()
     runtime.attempts, runtime.specs = hx.runtime.attempts, hx.runtime.specs
     hx.runtime = runtime
@@ -147,14 +149,14 @@ async def test_the_fast_path_beside_a_listing_pass_does_everything_once(
 async def test_a_listing_pass_leaves_the_seats_queued_for_the_fast_path_to_it(
     redis_client: aioredis.Redis, monkeypatch: Any
 ) -> None:
-    """The fast path works one seat at a time here and is held in its first seat's launch; a
-    listing pass meanwhile leaves the other failed seat, still queued, to the fast path (no
-    seat is worked on twice). Once the fast path is done, its seats are the passes' again: a
-    later failure of the same seat is fenced by a listing pass."""
+    """The seat queue works one seat at a time here and is held in its first seat's launch;
+    a listing pass meanwhile leaves the other failed seat, still queued, to the queue (no seat
+    is worked on twice, and the pass does not wait behind the queue). Once the queue is done,
+    its seats are the passes' again: a later failure of the same seat is fenced by a listing
+    pass."""
     from services.controller import recovering
 
     monkeypatch.setattr(recovering, "CONCURRENT_SEATS", 1)
-    monkeypatch.setattr(recovering, "GIVE_WAY_S", 0.0)
     hx, runtime, tally = await started(redis_client)
     for seat in ("eng-1", "eng-2"):
         runtime.fail(first(seat), "application_exit")
@@ -181,24 +183,39 @@ async def test_a_listing_pass_leaves_the_seats_queued_for_the_fast_path_to_it(
     assert later.fenced == [second("eng-2")], later
 
 
-async def test_a_listing_pass_leaves_a_failure_waiting_in_the_inbox_to_the_fast_path(
-    redis_client: aioredis.Redis,
+async def test_a_listing_pass_leaves_a_failure_waiting_in_the_queue_to_the_queue(
+    redis_client: aioredis.Redis, monkeypatch: Any
 ) -> None:
-    """A failure the watch reported that waits in the holder's inbox for the fast path's next
-    batch (the fast path busy with the one before) is the fast path's already: a listing pass
-    does not recover that seat (in a storm it did, so the seat was worked on twice). Taken by
-    the fast path, it is recovered once."""
+    """A failure the watch brought that waits in the seat queue for a worker (the one worker
+    busy with another seat) is the queue's already: a listing pass does not recover that seat
+    (in a storm it did, so the seat was worked on twice). Taken by the worker, it is recovered
+    once."""
     from services.controller import recovering
 
-    hx, runtime, tally = await started(redis_client)
+    monkeypatch.setattr(recovering, "CONCURRENT_SEATS", 1)
+    hx, runtime, tally = await started(redis_client, seats=("eng-1", "eng-2", "eng-3"))
+    await hx.recovery.reconcile()  # every seat settled
+    # The one worker is kept busy: eng-3's attempt is recorded as not launched (as after a
+    # relaunch) and its launch is held.
+    await redis_client.hset(keys.execution(SWARM, first("eng-3")), "launched", "0")
+    runtime.attempts.pop(first("eng-3"))
+    runtime.launch_hold = asyncio.Event()
+    busy = asyncio.create_task(hx.recovery.recover_seat("eng-3"))
+    await runtime.launching[first("eng-3")].wait()
     runtime.fail(first("eng-1"), "application_exit")
-    inbox = recovering._Inbox()
-    hx.recovery._inbox = inbox  # as the lease's holder sets it
-    inbox.put(pods.Change(failed=(runtime.attempts[first("eng-1")],)))
+    fast = asyncio.create_task(hx.recovery.recover_failed([runtime.attempts[first("eng-1")]]))
+
+    async def waiting_in_the_queue() -> None:
+        session = hx.recovery.seats.session
+        assert session is not None and session.queue.holds("eng-1")
+
+    await ports.eventually(waiting_in_the_queue)
     listing = await hx.recovery.reconcile()
     assert listing.fenced == [] and listing.launched == [], listing
     assert tally.writes["fenced"] == 0, tally.writes
-    done = await hx.recovery.recover_failed(inbox.take())
+    runtime.launch_hold.set()
+    await busy
+    done = await fast
     assert done.fenced == [first("eng-1")] and done.launched == [second("eng-1")], done
     assert tally.writes["fenced"] == 1 and runtime.launch_calls.count(second("eng-1")) == 1
     runtime.fail(first("eng-2"), "oom_killed")

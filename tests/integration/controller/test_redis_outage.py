@@ -297,7 +297,7 @@ async def test_a_watch_that_fails_is_logged_and_followed_again(
     redis_client: aioredis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The watch helper does not die silently: its failure is logged (watch_failed) and it is
-    followed again after a backoff; its reports then reach the fast path."""
+    followed again after a backoff; its reports then reach the seat queue."""
     caplog.set_level(logging.INFO)
     hx = await h.start(redis_client, legacy=True)
     runtime = WatchFailsFirst()

@@ -48,3 +48,15 @@ def test_a_standby_or_a_lost_lease_counts_nothing() -> None:
     m.observe("a", recovering.PassReport(standby=True, fenced=["x"]))
     m.observe("a", recovering.PassReport(lease_lost=True, fenced=["x"]))
     assert "agentihooks_fences_total{" not in m.render().decode()
+
+
+def test_queued_work_no_pass_waited_for_counts_its_work_but_is_not_a_pass() -> None:
+    """Work the seat queue did that no pass or watch brought (a retry after a failed step)
+    counts what it did; it is neither a listing pass (no duration) nor a watch fence."""
+    m = metrics.Metrics()
+    m.observe("a", recovering.PassReport(queued=True, fenced=["a.s.1"], launched=["a.s.2"]))
+    text = m.render().decode()
+    assert _line(text, "agentihooks_fences_total").endswith(" 1.0")
+    assert _line(text, "agentihooks_replacements_launched_total").endswith(" 1.0")
+    assert "agentihooks_recovery_pass_seconds_count{" not in text
+    assert "agentihooks_watch_fences_total{" not in text

@@ -1,0 +1,115 @@
+"""What recovery work saw and did: `Seen` (what the runtime showed of a seat, and what was asked
+of it, since a worker last took it) and `PassReport` (what a pass, or the work on some seats,
+did). Plain data: no I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+
+from services.controller.pods import runtime as pods
+
+
+@dataclasses.dataclass
+class PassReport:
+    """What a pass, or the work on some seats, did (for logs, metrics and tests)."""
+
+    standby: bool = False
+    lease_lost: bool = False
+    fenced: list[str] = dataclasses.field(default_factory=list)
+    pending: list[str] = dataclasses.field(default_factory=list)
+    accepted: list[str] = dataclasses.field(default_factory=list)
+    launched: list[str] = dataclasses.field(default_factory=list)
+    held: list[str] = dataclasses.field(default_factory=list)
+    """Failed replacements left alone because they reported a restore refusal."""
+    missing: list[str] = dataclasses.field(default_factory=list)
+    """Expected attempts the runtime's list did not show (counted towards `MISSING_PASSES`)."""
+    relaunched: list[str] = dataclasses.field(default_factory=list)
+    """Refused replacements whose deleted worker is launched again."""
+    watched: bool = False
+    """Work on seats the watch saw fail (no listing), not a listing pass."""
+    queued: bool = False
+    """Work on seats no pass or watch brought (a retry after an error, a recorded request):
+    neither a listing pass nor a watch's recovery."""
+    requests_applied: int = 0
+    requests_refused: int = 0
+    errors: list[str] = dataclasses.field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, other: PassReport) -> None:
+        """Count what `other` (the work on one seat) did as done by this report's pass too."""
+        self.fenced += other.fenced
+        self.pending += other.pending
+        self.accepted += other.accepted
+        self.launched += other.launched
+        self.held += other.held
+        self.missing += other.missing
+        self.relaunched += other.relaunched
+        self.errors += other.errors
+        self.requests_applied += other.requests_applied
+        self.requests_refused += other.requests_refused
+        self.lease_lost = self.lease_lost or other.lease_lost
+
+
+@dataclasses.dataclass
+class Seen:
+    """What the runtime showed of a seat (and what was asked of it) since a worker last took it.
+
+    Attributes:
+        failed: The newest failed attempt the watch or a list showed.
+        watched: The failure came from the watch (the worker's own status): it is fenced with
+            nothing read first; the fence script checks that it is the seat's current attempt.
+        missing: Expected attempts of the seat a list did not show -> passes counted so far.
+        requests: A decision request for the seat may be recorded.
+    """
+
+    failed: pods.Attempt | None = None
+    watched: bool = False
+    missing: dict[str, int] = dataclasses.field(default_factory=dict)
+    requests: bool = False
+
+    def merge(self, newer: Seen) -> None:
+        """Add what was seen later: the newest failure wins (the watch's when both showed it)."""
+        if newer.failed is not None:
+            kept = self.failed
+            if kept is None or newer.failed.generation > kept.generation:
+                self.failed, self.watched = newer.failed, newer.watched
+            elif newer.failed.execution_id == kept.execution_id:
+                self.watched = self.watched or newer.watched
+        self.missing.update(newer.missing)
+        self.requests = self.requests or newer.requests
+
+    def covers(self, other: Seen) -> bool:
+        """Whether `other` shows nothing this does not: the same failed attempt (or none), no
+        other missing attempt, no request this lacks."""
+        if other.failed is not None and (
+            self.failed is None or self.failed.execution_id != other.failed.execution_id
+        ):
+            return False
+        return other.missing.keys() <= self.missing.keys() and (self.requests or not other.requests)
+
+    def retry(self) -> Seen:
+        """What a retry after a failed step keeps: the failure and the requests (a missing
+        attempt was counted already; the next list counts it again)."""
+        return Seen(failed=self.failed, watched=self.watched, requests=self.requests)
+
+    @property
+    def needs_read(self) -> bool:
+        """Whether the worker reads the seat first (all but a failure the watch saw)."""
+        return self.failed is None or not self.watched
+
+
+def failures(swarm: str, attempts: Iterable[pods.Attempt], *, watched: bool) -> dict[str, Seen]:
+    """What a watch or a list showed failed, by seat: each seat's newest failed attempt (a
+    superseded one still shown, such as a Pod kept Terminating by a finalizer, must not hide a
+    failure of the current one). Attempts of other swarms are left out."""
+    newest: dict[str, pods.Attempt] = {}
+    for attempt in attempts:
+        seen = newest.get(attempt.seat)
+        if (
+            attempt.swarm == swarm
+            and attempt.failure is not None
+            and (seen is None or attempt.generation > seen.generation)
+        ):
+            newest[attempt.seat] = attempt
+    return {seat: Seen(failed=attempt, watched=watched) for seat, attempt in newest.items()}
