@@ -260,6 +260,18 @@ def local_store(root: pathlib.Path) -> storing.ArtifactStore:
     return backend.scoped(storing.StoreScope("example", "t-eng-2", 1))
 
 
+def checkpoint_storage(tmp: pathlib.Path) -> settings.StorageSettings:
+    """The storage settings of a local checkpoint folder, `tmp`/checkpoints."""
+    return settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(tmp / "checkpoints")})
+
+
+async def stored_record(tmp: pathlib.Path, checkpoint_id: str) -> dict[str, Any]:
+    """The record of a checkpoint in `checkpoint_storage(tmp)`."""
+    data = await local_store(tmp / "checkpoints").get_manifest(checkpoint_id)
+    assert data is not None
+    return records.decode_manifest(data)[0]
+
+
 async def rewrite_record(
     store: storing.ArtifactStore, checkpoint_id: str, change: Callable[[dict[str, Any]], None]
 ) -> None:

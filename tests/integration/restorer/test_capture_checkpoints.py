@@ -15,7 +15,7 @@ import pathlib
 import pytest
 
 from services.common import directives, settings
-from services.common.checkpoints import records, validation
+from services.common.checkpoints import validation
 from services.restorer import capturing, transcripts
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import ports
@@ -25,14 +25,8 @@ json_logs = kit.json_logs  # the fixture, visible to this module
 pytestmark = pytest.mark.usefixtures("usual_umask")
 
 
-def _storage(tmp: pathlib.Path) -> settings.StorageSettings:
-    return settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(tmp / "checkpoints")})
-
-
-async def _record(tmp: pathlib.Path, checkpoint_id: str) -> dict[str, object]:
-    data = await kit.local_store(tmp / "checkpoints").get_manifest(checkpoint_id)
-    assert data is not None
-    return records.decode_manifest(data)[0]
+_storage = kit.checkpoint_storage
+_record = kit.stored_record
 
 
 async def test_capture_writes_a_verified_native_checkpoint_and_reports_it(
