@@ -26,13 +26,14 @@ import pathlib
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import aiohttp
 import boto3
 import pytest
 
-from services.common import tls_settings
+from services.common import tls, tls_settings
 from services.common.checkpoints import s3 as s3_backend
 from services.controller import deciding
 from services.controller import main as controller_main
@@ -335,3 +336,59 @@ def _pod_exists(cluster: Cluster, execution: str) -> Any:
         return cluster.pod(execution)
 
     return check
+
+
+# Controllers run as their own processes (`python -m services.controller.main`, e.g.
+# tests/e2e/test_redis_outage.py) get the same certificates as settings, through these.
+
+POD_TEMPLATE = "AGENTIHOOKS_POD_TEMPLATE"
+
+
+def settings_env(conf: tls_settings.TLSSettings) -> dict[str, str]:
+    """The ``AGENTIHOOKS_TLS_*`` settings naming `conf`'s files (the inverse of
+    `tls_settings.load`)."""
+    named = {
+        tls_settings.CERT_FILE: conf.cert_file,
+        tls_settings.KEY_FILE: conf.key_file,
+        tls_settings.CA_FILE: conf.ca_file,
+        tls_settings.CLIENT_CA_FILE: conf.client_ca_file,
+        tls_settings.PEER_NAME: conf.peer_name,
+    }
+    return {name: str(value) for name, value in named.items() if value is not None}
+
+
+def controller_process_env(
+    folder: pathlib.Path, emulator: k8s_emulator.K8sEmulator
+) -> dict[str, str]:
+    """What makes an `agentihooks-controller` process on the emulator TLS on every connection,
+    as the cluster above runs its controller: its certificate and the CA (gRPC and HTTP served
+    with TLS), and the worker template deploy/k8s/ ships (`templates.with_worker_tls`) written
+    to `folder` as ``AGENTIHOOKS_POD_TEMPLATE``, with the workers' certificate Secret in the
+    emulator. Each call issues a new CA into a new folder (and replaces the Secret): files a
+    running process reads are never rewritten."""
+    folder.mkdir(parents=True, exist_ok=True)
+    issued = pathlib.Path(tempfile.mkdtemp(prefix="tls-", dir=folder))
+    if emulator.get("secrets", templates.WORKER_TLS_SECRET, cs.NAMESPACE) is not None:
+        emulator.delete("secrets", templates.WORKER_TLS_SECRET, cs.NAMESPACE)
+    certified = _issue(issued, emulator)
+    template = issued / "worker-pod.json"  # JSON is YAML
+    template.write_text(json.dumps(templates.with_worker_tls(templates.default_pod_template())))
+    return {**settings_env(certified.controller), POD_TEMPLATE: str(template)}
+
+
+def client_of(env: Mapping[str, str]) -> tls_settings.TLSSettings:
+    """How a test (or an operator's tool) beside a process of `env` dials it: with its CA, and
+    its certificate as the client certificate; plaintext when `env` names no CA."""
+    names = (tls_settings.CA_FILE, tls_settings.CERT_FILE, tls_settings.KEY_FILE)
+    return tls_settings.load({name: env[name] for name in names if name in env})
+
+
+def http_base(conf: tls_settings.TLSSettings, port: int) -> str:
+    """The base URL of an HTTP server on loopback that serves with `conf`."""
+    return f"{'https' if conf.serving else 'http'}://127.0.0.1:{port}"
+
+
+def http_session(conf: tls_settings.TLSSettings) -> aiohttp.ClientSession:
+    """An HTTP client that verifies servers with `conf`'s CA (the system's when it has none)."""
+    context = tls.http_client_context(conf)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context or True))

@@ -14,10 +14,9 @@ import asyncio
 import collections
 import pathlib
 
-import aiohttp
-
 from services.common import redis_link
 from services.controller.state import keys, reading
+from tests.e2e import kube_cluster
 from tests.e2e.test_redis_outage import (
     NOT_SERVING,
     SERVING,
@@ -61,7 +60,7 @@ class PauseServingOnCall(collections.Counter[str]):
 async def gauge(ctl: Controller, name: str) -> float:
     """A gauge's value from the controller's /metrics."""
     async with (
-        aiohttp.ClientSession() as session,
+        kube_cluster.http_session(ctl.tls) as session,
         session.get(f"{ctl.http}/metrics") as response,
     ):
         text = await response.text()

@@ -28,7 +28,6 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import grpc
 import pytest
 import redis.asyncio as aioredis
@@ -36,9 +35,11 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
+from services.common import tls, tls_settings
 from services.controller import telemetry
 from services.controller.pods import runtime, templates
 from services.controller.state import keys, reading, records, scripting
+from tests.e2e import kube_cluster
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports, redis_server
 
@@ -81,6 +82,8 @@ class Process:
     lines: list[dict[str, Any]]
     reader: asyncio.Task[None]
     holder: str = ""
+    tls: tls_settings.TLSSettings = tls_settings.PLAINTEXT
+    """How the test dials it: with the CA of its environment."""
 
     def alive(self) -> bool:
         return self.proc.returncode is None
@@ -88,7 +91,7 @@ class Process:
     async def passes(self, swarm: str) -> float:
         """How many recovery passes of `swarm` this process finished (its /metrics)."""
         async with (
-            aiohttp.ClientSession() as session,
+            kube_cluster.http_session(self.tls) as session,
             session.get(f"{self.http}/metrics") as response,
         ):
             text = await response.text()
@@ -156,19 +159,25 @@ class Lab:
             listening.set()
 
         reader = asyncio.create_task(read())
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
+        client = kube_cluster.client_of(self.env)
+        channel = tls.channel(f"127.0.0.1:{grpc_port}", client)
         p = Process(
             proc,
             pb_grpc.RecoveryStub(channel),
             channel,
-            f"http://127.0.0.1:{http_port}",
+            kube_cluster.http_base(client, http_port),
             lines,
             reader,
+            tls=client,
         )
         self.running.append(p)
         await asyncio.wait_for(listening.wait(), WAIT_S)
         assert p.alive(), f"the controller did not start: {lines[-5:]}"
-        p.holder = next(str(line["holder"]) for line in lines if line.get("event") == "listening")
+        listened = next((line for line in lines if line.get("event") == "listening"), None)
+        assert listened is not None, f"the controller did not start: {lines[-5:]}"
+        p.holder = str(listened["holder"])
+        # It serves as the test dials it (TLS when the environment names a certificate).
+        assert listened["transport"] == tls_settings.transport(client), listened
         return p
 
     async def retire(self, p: Process) -> None:
@@ -434,6 +443,8 @@ async def lab_for(tmp_path: pathlib.Path, url: str) -> AsyncIterator[Lab]:
         calls = KillOnCall(emulator.calls)
         emulator.calls = calls
         env = {
+            # TLS on every connection the controller serves and its workers dial.
+            **kube_cluster.controller_process_env(tmp_path / "tls", emulator),
             "PATH": os.environ.get("PATH", ""),
             "HOME": str(tmp_path),
             "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", emulator.url)),

@@ -57,10 +57,12 @@ async def test_a_forwarded_write_reaches_the_holder_over_tls_by_its_peer_name(
                 assert ctl.events("listening")[0]["transport"] == "tls"
                 # Plaintext gets no answer; the test then dials as a replica does: TLS,
                 # expecting the peer name.
+                plain = tls.channel(ctl.grpc_addr, tls_settings.PLAINTEXT)
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await ctl.stub.GetSwarmStatus(
+                    await pb_grpc.RecoveryStub(plain).GetSwarmStatus(
                         pb.GetSwarmStatusRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=5
                     )
+                await plain.close()
                 assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
                 await ctl.channel.close()
                 ctl.channel = tls.channel(ctl.grpc_addr, conf, peer=True)
@@ -106,7 +108,7 @@ async def test_a_forwarded_write_reaches_the_holder_over_tls_by_its_peer_name(
                     body = await answer.json()
                     assert answer.status == 200, body
                 with pytest.raises(aiohttp.ClientError):
-                    await http.get(f"{other.http}/healthz")
+                    await http.get(f"{https.replace('https://', 'http://')}/healthz")
             assert body["repeated"] is False, body
             await ports.eventually(
                 lambda: outage.launched(client, swarm, ("eng-1",), 2), timeout=WAIT_S

@@ -15,7 +15,6 @@ import pathlib
 import time
 from collections.abc import AsyncIterator, Sequence
 
-import aiohttp
 import pytest
 import redis.asyncio as aioredis
 from agentihooks.swarm.v2 import recovery_pb2 as pb
@@ -23,6 +22,7 @@ from agentihooks.swarm.v2 import types_pb2
 
 from services.controller import sharing
 from services.controller.state import keys, reading, records
+from tests.e2e import kube_cluster
 from tests.e2e import test_redis_outage as outage
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports
@@ -239,7 +239,7 @@ async def test_a_write_that_reaches_a_replica_without_the_lease_is_forwarded_to_
 
             await ports.eventually(awaiting, timeout=WAIT_S)
             url = f"{other.http}/v1/executions/{lost}/restore-decision"
-            async with aiohttp.ClientSession() as http:
+            async with kube_cluster.http_session(other.tls) as http:
                 async with http.post(
                     url,
                     json={"choice": "fresh"},

@@ -16,7 +16,6 @@ import pathlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from redis.crc import key_slot
@@ -25,6 +24,7 @@ from services.cli import main as cli
 from services.common import redis_link, revocations
 from services.controller import telemetry
 from services.controller.state import durable, keys, reading, records, scripting
+from tests.e2e import kube_cluster
 from tests.e2e import test_redis_outage as outage
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports
@@ -223,7 +223,7 @@ async def decide_over_http(
 ) -> tuple[int, dict[str, Any]]:
     """POST the operator's choice to the HTTP restore-decision; the status and the body."""
     async with (
-        aiohttp.ClientSession() as http,
+        kube_cluster.http_session(ctl.tls) as http,
         http.post(
             f"{ctl.http}/v1/executions/{execution}/restore-decision",
             json={"choice": choice},
@@ -280,7 +280,13 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
         cluster.cut_off(replica, master)
         try:
             ran = await agentihooks(
-                "swarm", swarm, "restore-decision", "eng-2", "fresh", control=ctl.grpc_addr
+                "swarm",
+                swarm,
+                "restore-decision",
+                "eng-2",
+                "fresh",
+                control=ctl.grpc_addr,
+                env=ctl.cli_env(),
             )
             assert ran.code == cli.EXIT_UNAVAILABLE, (ran.out, ran.err)
             assert "(not_durable)" in ran.err, ran.err
@@ -290,7 +296,9 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
                 status, body = await decide_over_http(ctl, execution, "fresh")
                 assert (status, body["reason"]) == (503, durable.REASON), body
                 assert "send the call again" in body["message"], body
-            ran = await agentihooks("swarm", swarm, "pause", control=ctl.grpc_addr)
+            ran = await agentihooks(
+                "swarm", swarm, "pause", control=ctl.grpc_addr, env=ctl.cli_env()
+            )
             assert ran.code == cli.EXIT_UNAVAILABLE and "(not_durable)" in ran.err, ran.err
             more = cs.document(swarm, seats=(*seats, "eng-4"), automation=False)
             refused = await outage.unavailable(

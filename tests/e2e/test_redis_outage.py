@@ -23,7 +23,6 @@ import sys
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import aiohttp
 import grpc
 import pytest
 import redis.asyncio as aioredis
@@ -33,11 +32,12 @@ from agentihooks.swarm.v2 import types_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.cli import main as cli
-from services.common import redis_link, rpc
+from services.common import redis_link, rpc, tls, tls_settings
 from services.controller import telemetry
 from services.controller.api import grpc_api
 from services.controller.pods import runtime, templates
 from services.controller.state import keys, reading, records
+from tests.e2e import kube_cluster
 from tests.e2e.test_controller_crash import kubeconfig
 from tests.support import controller_server as cs
 from tests.support import k8s_emulator, ports
@@ -65,9 +65,15 @@ class Controller:
     raw: list[bytes]
     lines: list[dict[str, Any]]
     reader: asyncio.Task[None]
+    tls: tls_settings.TLSSettings = tls_settings.PLAINTEXT
+    """How the test dials it (gRPC, HTTP and the CLI): with the CA of its environment."""
 
     def alive(self) -> bool:
         return self.proc.returncode is None
+
+    def cli_env(self) -> dict[str, str]:
+        """The TLS settings an operator's `agentihooks` needs to reach this controller."""
+        return kube_cluster.settings_env(self.tls)
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return [line for line in self.lines if line.get("event") == name]
@@ -95,7 +101,7 @@ class Controller:
 
     async def readyz(self) -> tuple[int, dict[str, Any]]:
         async with (
-            aiohttp.ClientSession() as session,
+            kube_cluster.http_session(self.tls) as session,
             session.get(f"{self.http}/readyz") as response,
         ):
             return response.status, await response.json()
@@ -120,7 +126,11 @@ class Controller:
 def controller_env(
     tmp_path: pathlib.Path, emulator: k8s_emulator.K8sEmulator, url: str
 ) -> dict[str, str]:
+    """A controller process on the emulator and `url`, TLS on every connection it serves and
+    its workers dial (`kube_cluster.controller_process_env`; Redis and the API emulator stay
+    plaintext)."""
     return {
+        **kube_cluster.controller_process_env(tmp_path / "tls", emulator),
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(tmp_path),
         "KUBECONFIG": str(kubeconfig(tmp_path / "kubeconfig", emulator.url)),
@@ -136,7 +146,8 @@ def controller_env(
 
 
 async def start_controller(env: Mapping[str, str]) -> Controller:
-    """Start a controller process; return once it logged `listening` (it serves)."""
+    """Start a controller process; return once it logged `listening` (it serves). The test
+    dials it as `kube_cluster.client_of(env)`: TLS with the CA `env` names."""
     grpc_port, http_port = ports.free_port(), ports.free_port()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -170,19 +181,25 @@ async def start_controller(env: Mapping[str, str]) -> Controller:
         listening.set()
 
     reader = asyncio.create_task(read())
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
+    client = kube_cluster.client_of(env)
+    channel = tls.channel(f"127.0.0.1:{grpc_port}", client)
     ctl = Controller(
         proc,
         channel,
         pb_grpc.RecoveryStub(channel),
-        f"http://127.0.0.1:{http_port}",
+        kube_cluster.http_base(client, http_port),
         f"127.0.0.1:{grpc_port}",
         raw,
         lines,
         reader,
+        client,
     )
     await asyncio.wait_for(listening.wait(), WAIT_S)
     assert ctl.alive(), f"the controller did not start: {lines[-10:]}"
+    # It serves as the test dials it (TLS when `env` names a certificate).
+    listened = ctl.events("listening")
+    assert listened, f"the controller did not start: {lines[-10:]}"
+    assert listened[0]["transport"] == tls_settings.transport(client), listened
     return ctl
 
 
@@ -331,7 +348,9 @@ async def test_a_controller_started_without_redis_serves_unready_and_starts_work
             assert reason_of(refused) == redis_link.REASON
             # The CLI says what the controller answered, not a connection hint: exit 6 all
             # the same, so a script retries.
-            ran = await agentihooks("swarm", swarm, "status", control=ctl.grpc_addr)
+            ran = await agentihooks(
+                "swarm", swarm, "status", control=ctl.grpc_addr, env=ctl.cli_env()
+            )
             assert ran.code == cli.EXIT_UNAVAILABLE, (ran.out, ran.err)
             assert "Redis does not answer (AGENTIHOOKS_REDIS_URL)" in ran.err, ran.err
             assert redis_link.REASON in ran.err and "--control" not in ran.err, ran.err

@@ -25,8 +25,8 @@ from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as pb_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.checkpoint_store import service
-from services.common import redis_link, revocations, rpc, tokens
-from tests.support import ports
+from services.common import redis_link, revocations, rpc, tls, tls_settings, tokens
+from tests.support import certificates, ports
 from tests.support.redis_server import RestartableRedis
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -71,7 +71,15 @@ async def test_the_store_without_redis_fails_closed_and_serves_once_redis_answer
     root = tmp_path / "checkpoints"
     root.mkdir()
     port = ports.free_port()
+    # Mutual TLS, as deploy/k8s/ serves the store: its certificate, and client certificates
+    # of the CA required; the test dials as the controller does, with one of its own.
+    authority = certificates.Authority(tmp_path / "tls", "agentihooks-ca")
+    store_leaf = authority.issue("agentihooks-checkpoint-store")
+    dialing = tls_settings.load(
+        certificates.tls_env(authority, authority.issue("agentihooks-controller"))
+    )
     env = {
+        **certificates.tls_env(authority, store_leaf, client_ca=authority),
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(tmp_path),
         "AGENTIHOOKS_REDIS_URL": redis.url,
@@ -110,7 +118,7 @@ async def test_the_store_without_redis_fails_closed_and_serves_once_redis_answer
         return [line for line in lines if line.get("event") == name]
 
     reader = asyncio.create_task(read())
-    channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+    channel = tls.channel(f"127.0.0.1:{port}", dialing)
     stub = pb_grpc.CheckpointStoreStub(channel)
     health = health_pb2_grpc.HealthStub(channel)
 
@@ -139,6 +147,7 @@ async def test_the_store_without_redis_fails_closed_and_serves_once_redis_answer
     try:
         await asyncio.wait_for(listening.wait(), WAIT_S)
         assert proc.returncode is None, lines[-10:]
+        assert events("listening")[0]["transport"] == "mutual_tls", lines[-5:]
 
         async def retrying() -> None:
             assert len(events("redis_unavailable")) >= 2
