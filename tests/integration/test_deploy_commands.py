@@ -27,7 +27,7 @@ import pytest
 from agentihooks.swarm.v2 import checkpoint_store_pb2 as pb
 from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as pb_grpc
 
-from services.common import tokens
+from services.common import tls_settings, tokens
 from tests.support import binaries, ports
 from tests.unit import test_deploy_compose as compose
 from tests.unit import test_deploy_manifests as k8s
@@ -244,8 +244,9 @@ def test_the_kubernetes_store_reaches_redis_with_its_password(
     moto_endpoint: str, tmp_path: pathlib.Path
 ) -> None:
     """The store, with the environment its Deployment gives it (the Redis URL carrying the
-    generated password, the grant key), turns ready by its readiness probe's service and answers
-    a granted call, which reads the revocations in a Redis that requires that password."""
+    generated password, the grant key, its mounted TLS Secret), turns ready by its own exec
+    readiness probe (gRPC health over mutual TLS) and answers a granted call over mutual TLS,
+    which reads the revocations in a Redis that requires that password."""
     rendered = k8s.render_with_dummy_secrets(tmp_path / "k8s")
     password = rendered.secrets["keys.env"]["redis-password"]
     redis = Redis(["--requirepass", password], tmp_path)
@@ -253,25 +254,29 @@ def test_the_kubernetes_store_reaches_redis_with_its_password(
     c = k8s.container(deployment, "store")
     env = k8s.container_env(rendered, deployment, "store")
     port = ports.free_port()
+    mounted = tmp_path / "mounted"
     moves = {
         "@agentihooks-redis:6379": f"@127.0.0.1:{redis.port}",
         "0.0.0.0:50052": f"127.0.0.1:{port}",
+        "localhost:50052": f"localhost:{port}",
+        "/etc/agentihooks": str(mounted),
     }
+    # The files the kubelet writes from the store's Secret volumes, where the env names them.
+    for path, content in k8s.workload_files(rendered, deployment, "store").items():
+        target = pathlib.Path(relocate(path, moves))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
     env = relocate(env, moves) | _s3_env(moto_endpoint)
     env |= {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     command = relocate(k8s.command_of(c, env), moves)
-    probe = c["readinessProbe"]["grpc"]
-    check = (
-        "import sys, grpc; from grpc_health.v1 import health_pb2 as h, health_pb2_grpc as g; "
-        f"r = g.HealthStub(grpc.insecure_channel('127.0.0.1:{port}')).Check("
-        f"h.HealthCheckRequest(service='{probe['service']}'), timeout=3); "
-        "sys.exit(r.status != h.HealthCheckResponse.SERVING)"
-    )
+    probe = relocate(c["readinessProbe"]["exec"]["command"], moves)
+    assert probe[:3] == ["python3", "-m", "services.common.health_probe"], probe
+    conf = tls_settings.load(env)
     _reset(moto_endpoint)
     _s3(moto_endpoint).create_bucket(Bucket=env["AGENTIHOOKS_CHECKPOINT_BUCKET"])
     try:
         with running(command, env, tmp_path / "store.log"):
-            wait_healthy(["CMD", "python", "-c", check], tmp_path / "store.log")
+            wait_until_probe_passes([sys.executable, *probe[1:]], env, tmp_path / "store.log")
             _, grant = tokens.mint_grant(
                 env["AGENTIHOOKS_GRANT_KEY"],
                 swarm="example",
@@ -282,7 +287,11 @@ def test_the_kubernetes_store_reaches_redis_with_its_password(
                 execution_generation=1,
                 rights=frozenset({tokens.Right.READ}),
             )
-            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            assert conf.ca_file is not None and conf.cert_file and conf.key_file
+            credentials = grpc.ssl_channel_credentials(
+                conf.ca_file.read_bytes(), conf.key_file.read_bytes(), conf.cert_file.read_bytes()
+            )
+            with grpc.secure_channel(f"localhost:{port}", credentials) as channel:
                 listed = pb_grpc.CheckpointStoreStub(channel).ListCheckpoints(
                     pb.ListCheckpointsRequest(compatibility_key=k8s.IMAGE),
                     metadata=[("authorization", f"Bearer {grant}")],
@@ -291,6 +300,24 @@ def test_the_kubernetes_store_reaches_redis_with_its_password(
             assert list(listed.checkpoints) == []
     finally:
         redis.stop()
+
+
+def wait_until_probe_passes(
+    command: list[str], env: Mapping[str, str], log: pathlib.Path, timeout: float = 60.0
+) -> None:
+    """Run an exec probe, with the container's environment, until it exits 0."""
+    deadline = time.monotonic() + max(timeout, ports.MIN_DEADLINE_S)
+    while True:
+        result = subprocess.run(
+            command, env=dict(env), capture_output=True, timeout=60, check=False
+        )
+        if result.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"never ready: {result.stdout.decode()[-500:]}; its log:\n{log.read_text()[-3000:]}"
+            )
+        time.sleep(0.2)
 
 
 def test_compose_grpc_healthchecks_fail_while_nothing_serves() -> None:
