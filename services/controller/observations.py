@@ -26,6 +26,8 @@ class PassReport:
     """Expected attempts the runtime's list did not show (counted towards `MISSING_PASSES`)."""
     relaunched: list[str] = dataclasses.field(default_factory=list)
     """Refused replacements whose deleted worker is launched again."""
+    restored: list[str] = dataclasses.field(default_factory=list)
+    """Replacements whose lost decision was written back from their worker (`witnessing`)."""
     watched: bool = False
     """Work on seats the watch saw fail (no listing), not a listing pass."""
     queued: bool = False
@@ -45,6 +47,7 @@ class PassReport:
         self.held += other.held
         self.missing += other.missing
         self.relaunched += other.relaunched
+        self.restored += other.restored
         self.errors += other.errors
         self.requests_applied += other.requests_applied
         self.requests_refused += other.requests_refused
@@ -61,12 +64,16 @@ class Seen:
             nothing read first; the fence script checks that it is the seat's current attempt.
         missing: Expected attempts of the seat a list did not show -> passes counted so far.
         requests: A decision request for the seat may be recorded.
+        witnessed: The newest listed attempt of the seat that carries the decision admitting
+            it (its Pod's annotation) and that the records do not expect: Redis may have lost
+            that decision, which the worker then writes back first (`witnessing`).
     """
 
     failed: pods.Attempt | None = None
     watched: bool = False
     missing: dict[str, int] = dataclasses.field(default_factory=dict)
     requests: bool = False
+    witnessed: pods.Attempt | None = None
 
     def merge(self, newer: Seen) -> None:
         """Add what was seen later: the newest failure wins (the watch's when both showed it)."""
@@ -78,6 +85,10 @@ class Seen:
                 self.watched = self.watched or newer.watched
         self.missing.update(newer.missing)
         self.requests = self.requests or newer.requests
+        if newer.witnessed is not None and (
+            self.witnessed is None or newer.witnessed.generation >= self.witnessed.generation
+        ):
+            self.witnessed = newer.witnessed
 
     def covers(self, other: Seen) -> bool:
         """Whether `other` shows nothing this does not: the same failed attempt (or none), no
@@ -86,17 +97,56 @@ class Seen:
             self.failed is None or self.failed.execution_id != other.failed.execution_id
         ):
             return False
+        if other.witnessed is not None and (
+            self.witnessed is None or self.witnessed.execution_id != other.witnessed.execution_id
+        ):
+            return False
         return other.missing.keys() <= self.missing.keys() and (self.requests or not other.requests)
 
     def retry(self) -> Seen:
         """What a retry after a failed step keeps: the failure and the requests (a missing
         attempt was counted already; the next list counts it again)."""
-        return Seen(failed=self.failed, watched=self.watched, requests=self.requests)
+        return Seen(
+            failed=self.failed,
+            watched=self.watched,
+            requests=self.requests,
+            witnessed=self.witnessed,
+        )
 
     @property
     def needs_read(self) -> bool:
         """Whether the worker reads the seat first (all but a failure the watch saw)."""
-        return self.failed is None or not self.watched
+        return self.failed is None or not self.watched or self.witnessed is not None
+
+
+def unexpected_witnesses(
+    swarm: str, attempts: Iterable[pods.Attempt], expected: Iterable[str]
+) -> dict[str, pods.Attempt]:
+    """By seat, the newest listed running, healthy attempt that carries the decision admitting
+    it and is newer than every attempt of its seat the records expect: a generation Redis may
+    not know (its decision lost). A failed attempt is left out: a fenced replacement's Pod
+    waits for its own replacement to launch before it is removed, so one that Redis knows
+    would be brought again by every resync while its seat awaits a decision."""
+    known: dict[str, int] = {}
+    for eid in expected:
+        seat, _, generation = eid.removeprefix(f"{swarm}.").rpartition(".")
+        if generation.isdigit():
+            known[seat] = max(known.get(seat, 0), int(generation))
+    newest: dict[str, pods.Attempt] = {}
+    for attempt in attempts:
+        if (
+            attempt.swarm != swarm
+            or attempt.witness is None
+            or attempt.departed
+            or not attempt.alive
+            or attempt.failure is not None
+            or attempt.generation <= known.get(attempt.seat, 0)
+        ):
+            continue
+        seen = newest.get(attempt.seat)
+        if seen is None or attempt.generation > seen.generation:
+            newest[attempt.seat] = attempt
+    return newest
 
 
 def failures(swarm: str, attempts: Iterable[pods.Attempt], *, watched: bool) -> dict[str, Seen]:

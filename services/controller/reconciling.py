@@ -17,6 +17,11 @@ goes last because nothing waits on it: with its authority released the lost work
 nothing, so the replacement is not held up by a Pod deletion. Hold: a seat with nothing left to
 do is taken off the attention set (`settle`).
 
+Lost decisions are written back. A seat brought with a Pod newer than its records (`Seen.witnessed`:
+the Pod carries the decision that admitted it, which Redis lost in a failover) first gets that
+decision written back from the Pod (`witnessing`); the seat is then worked as the lost writes
+had left it, so its replaced attempt is neither fenced as evicted nor offered again.
+
 Refused restores are held. A replacement that reported a restore refusal is neither fenced nor
 replaced, even once its worker exits non-zero: the accepted decision stays in place for the
 master or operator (choosing again returns the same decision and replacement), its seat reads
@@ -50,7 +55,14 @@ import logging
 from collections.abc import Sequence
 
 from services.common import logs
-from services.controller import deciding, decisions, observations, replacing, telemetry
+from services.controller import (
+    deciding,
+    decisions,
+    observations,
+    replacing,
+    telemetry,
+    witnessing,
+)
 from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records, writing
@@ -90,6 +102,12 @@ class Reconciler:
         None when it was not read (a failure the watch saw: fenced first, nothing read) or
         does not exist. `requests` are the recorded decision requests for the seat's
         attempts: applied (or refused and dropped) even when the seat is gone."""
+        # A Pod newer than the records know of the seat: write its decision back first, then
+        # work the seat as the lost writes had left it.
+        witnessed = seen.witnessed
+        if witnessed is not None and await witnessing.restore(self.ctx, witnessed) == "restored":
+            report.restored.append(witnessed.execution_id)
+            seat, read = await reading.seat(self.client, self.swarm, name), True
         decided = None
         if seat is not None or not read:
             decided = await self._fence_and_decide(name, seat, seen, report)

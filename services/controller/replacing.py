@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from services.common import directives, errors, logs, redis_link, tokens
 from services.common.checkpoints import storing, validation
-from services.controller import deciding, telemetry
+from services.controller import deciding, telemetry, witnesses
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, records, writing
 
@@ -114,8 +114,10 @@ def new_execution(
     restores_from: records.Fence | None,
     legacy_spawn: bool,
     now: float,
+    admission: records.Admitted | None = None,
 ) -> records.Execution:
-    """A new attempt with fresh token ids (only ids are kept; tokens are minted from them)."""
+    """A new attempt with fresh token ids (only ids are kept; tokens are minted from them).
+    A replacement records the decision that `admission` names: its Pod carries it."""
     return records.Execution(
         execution_id=records.ExecutionId(keys.execution_id(swarm, seat, generation)),
         swarm=swarm,
@@ -139,6 +141,7 @@ def new_execution(
         captured_checkpoint_id=None,
         launched=False,
         admitted_at=writing.rfc3339(now),
+        admission=admission,
     )
 
 
@@ -185,6 +188,7 @@ def launch_spec(
         command=ctx.entry_point or tuple(config.command),
         worker_credential=worker_token(ctx.grant_key, execution),
         env=env,
+        annotations=witnesses.pod_annotations(execution),
     )
 
 
@@ -397,6 +401,21 @@ async def admit(
     config = config or await reading.config(ctx.client, ctx.swarm)
     image = config.worker_image if config else ctx.worker_image
     now = ctx.writer.clock()
+    admission = records.Admitted(
+        choice=choice,
+        source=source,
+        agent=agent,
+        decided_at=writing.rfc3339(now),
+        # The script accepts only under this epoch (the lease check), so it is the one the
+        # decision records.
+        decision_epoch=ctx.writer.lease.epoch or 0,
+        fence_reason=fence.reason,
+        fence_epoch=fence.controller_epoch,
+        fenced_at=fence.fenced_at,
+        native_session_id=fence.native_session_id,
+        archive_watermark=fence.archive_watermark,
+        final_capture=fence.final_capture,
+    )
     replacement = new_execution(
         swarm=ctx.swarm,
         seat=fence.seat,
@@ -408,6 +427,7 @@ async def admit(
         restores_from=fence,
         legacy_spawn=False,
         now=now,
+        admission=admission,
     )
     fields: dict[str, str] = {
         "choice": choice.value,

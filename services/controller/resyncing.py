@@ -6,7 +6,9 @@ missing), the attention set sorted in Redis into seats with work left and seats 
 their replacement's report, and the recorded decision requests; then it lists the runtime (the
 watch's cache on Kubernetes). It records what the list showed of the expected attempts (one
 write, and only when something changed) and returns, by seat, what was seen: a failed attempt,
-an expected attempt missing, work left, a request. It works on no seat: the seat queue does.
+an expected attempt missing, work left, a request, a Pod newer than the records know of its
+seat and carrying the decision that admitted it (Redis lost that decision: `witnessing`). It
+works on no seat: the seat queue does.
 
 Seats the queue knows (`working.Session.known`: queued, being worked on, or worked since the
 resync before) are not read again: their worker reads them, or has just reconciled them. What
@@ -46,6 +48,11 @@ async def resync(
         # Attention seats with work left (a fence without a decision, a replacement not yet
         # launched, a lost Pod not yet removed); those only awaiting a report are left out.
         seen.setdefault(name, observations.Seen())
+    for name, attempt in observations.unexpected_witnesses(
+        swarm, listing.values(), reads.expected
+    ).items():
+        # A Pod newer than what the records expect of its seat: its decision may be lost.
+        seen.setdefault(name, observations.Seen()).witnessed = attempt
     for _, request in reads.requests:
         if (name := keys.seat_of(request.execution_id)) is not None:
             seen.setdefault(name, observations.Seen()).requests = True

@@ -482,6 +482,11 @@ def trim_pod(pod: Mapping[str, Any]) -> classifying.Pod:
     }
     if node:
         trimmed["spec"] = {"nodeName": node}
+    witness = (meta.get("annotations") or {}).get(runtime.ANNOTATION_DECISION)
+    if witness:
+        # Only the decision a replacement carries: what the controller writes back when Redis
+        # lost it.
+        trimmed["metadata"]["annotations"] = {runtime.ANNOTATION_DECISION: witness}
     return cast(classifying.Pod, trimmed)
 
 
@@ -508,6 +513,9 @@ def attempt_of(
             generation=int(labels[runtime.LABEL_GENERATION]),
             failure=classifying.classify(pod, nodes, now),
             alive=not classifying.is_terminal(pod),
+            witness=(pod.get("metadata", {}).get("annotations") or {}).get(
+                runtime.ANNOTATION_DECISION
+            ),
         )
     except (KeyError, ValueError):
         # Not one of ours after all (someone copied the managed-by label): not an attempt.

@@ -99,6 +99,7 @@ class LocalRuntime:
                     generation=int(state["generation"]),
                     failure=failure,
                     alive=alive,
+                    witness=(state.get("annotations") or {}).get(runtime.ANNOTATION_DECISION),
                 )
             )
         return attempts
@@ -141,6 +142,8 @@ class LocalRuntime:
             "execution_id": spec.execution_id,
             "generation": spec.generation,
             "image": spec.image,
+            # The same annotations a Pod carries (the decision that admitted a replacement).
+            "annotations": dict(spec.annotations),
             "pid": None,
             "group": None,
             "started": None,

@@ -30,6 +30,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "agentihooks"
 ANNOTATION_IMAGE = "agentihooks.io/image"
 """The worker image (compatibility key); image references do not fit label values."""
+ANNOTATION_DECISION = "agentihooks.io/decision"
+"""One JSON object: the decision that admitted a replacement and the fence it answered
+(`witnesses`). The cluster's witness of the decision when Redis loses it."""
 
 CREDENTIAL_ENV = "AGENTIHOOKS_WORKER_CREDENTIAL"
 """The one environment variable that carries the attempt's worker credential."""
@@ -52,6 +55,9 @@ class Attempt:
             runtime lists only the final state it remembers, so that its failure keeps its
             reason. The pass treats a departed attempt as missing from the list: a next
             `launch` creates it again.
+        witness: The decision that admitted the attempt, as its worker carries it
+            (`ANNOTATION_DECISION`), if it does: what the controller writes back when Redis
+            lost it.
     """
 
     swarm: str
@@ -61,6 +67,7 @@ class Attempt:
     failure: classifying.FailureReason | None
     alive: bool
     departed: bool = False
+    witness: str | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +84,9 @@ class LaunchSpec:
         worker_credential: The attempt's own credential. Secret: it reaches the worker only as
             ``AGENTIHOOKS_WORKER_CREDENTIAL`` (from a Secret on Kubernetes), never a log or a file.
         env: Further environment of the worker (and of the restorer sidecar); no secrets.
+        annotations: Further annotations of the worker (on Kubernetes, of its Pod; a local
+            runtime records them in the attempt's ``attempt.json``): the decision that
+            admitted a replacement (`ANNOTATION_DECISION`). No secrets, no conversation.
     """
 
     swarm: str
@@ -87,6 +97,7 @@ class LaunchSpec:
     command: tuple[str, ...]
     worker_credential: str = dataclasses.field(repr=False)
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -209,7 +209,8 @@ def render_pod(
     restorer_image: str | None = None,
     defaults: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The attempt's Pod: the template with identity, image, command, env and the sidecar.
+    """The attempt's Pod: the template with identity, image, command, env and the sidecar;
+    a replacement's Pod also carries the decision that admitted it (``spec.annotations``).
 
     Args:
         template: A worker Pod template with a container named ``worker``.
@@ -243,6 +244,7 @@ def render_pod(
     metadata["labels"] = {**(metadata.get("labels") or {}), **labels}
     metadata["annotations"] = {
         **(metadata.get("annotations") or {}),
+        **spec.annotations,
         runtime.ANNOTATION_IMAGE: spec.image,
     }
     containers = pod.setdefault("spec", {}).get("containers") or []

@@ -192,6 +192,81 @@ def _directive(h: Hash) -> directives.Directive:
 
 
 @dataclasses.dataclass(frozen=True)
+class Admitted:
+    """The decision that admitted a replacement and the fence it answered: what the
+    replacement's Pod carries in its annotations, so the cluster witnesses the decision when
+    Redis lost it. Names, words and numbers only: no token, no conversation content.
+
+    Attributes:
+        choice: The accepted choice.
+        source: Who chose (automatic, operator, master, legacy_spawn).
+        agent: The registered master the choice was made for, if one was named.
+        decided_at: When it was accepted.
+        decision_epoch: The controller epoch it was accepted under.
+        fence_reason: Why the replaced attempt was fenced (the true failure reason).
+        fence_epoch: The controller epoch the fence was written under.
+        fenced_at: When the fence was written.
+        native_session_id: The native session id the fenced attempt held.
+        archive_watermark: The fence's archive watermark.
+        final_capture: The fence followed the sidecar's final capture (no lost tail).
+    """
+
+    choice: Choice
+    source: DecisionSource
+    agent: str | None
+    decided_at: str
+    decision_epoch: int
+    fence_reason: str
+    fence_epoch: int
+    fenced_at: str
+    native_session_id: str | None = None
+    archive_watermark: int | None = None
+    final_capture: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out = {
+            "choice": self.choice.value,
+            "source": self.source.value,
+            "agent": self.agent,
+            "decided_at": self.decided_at,
+            "decision_epoch": self.decision_epoch,
+            "fence_reason": self.fence_reason,
+            "fence_epoch": self.fence_epoch,
+            "fenced_at": self.fenced_at,
+            "native_session_id": self.native_session_id,
+            "archive_watermark": self.archive_watermark,
+            "final_capture": self.final_capture,
+        }
+        return {k: v for k, v in out.items() if v is not None}
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Admitted:
+        """Raises KeyError, ValueError or TypeError on a malformed record."""
+        watermark = raw.get("archive_watermark")
+        return cls(
+            choice=Choice(raw["choice"]),
+            source=DecisionSource(raw["source"]),
+            agent=_str_or_none(raw.get("agent")),
+            decided_at=str(raw["decided_at"]),
+            decision_epoch=int(raw["decision_epoch"]),
+            fence_reason=str(raw["fence_reason"]),
+            fence_epoch=int(raw["fence_epoch"]),
+            fenced_at=str(raw.get("fenced_at") or ""),
+            native_session_id=_str_or_none(raw.get("native_session_id")),
+            archive_watermark=None if watermark is None else int(watermark),
+            final_capture=raw.get("final_capture") is True,
+        )
+
+
+def _str_or_none(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
 class Execution:
     """One attempt of a seat.
 
@@ -225,6 +300,8 @@ class Execution:
     task_text: str = ""
     relaunches: int = 0
     """How often the same execution was launched again after a restore refusal."""
+    admission: Admitted | None = None
+    """The decision that admitted this replacement (None for a seat's first attempt)."""
 
     @property
     def scope(self) -> AttemptScope:
@@ -272,6 +349,8 @@ class Execution:
         _put(out, "state", self.state.value)
         _put(out, "legacy_spawn", self.legacy_spawn)
         _put(out, "launched", self.launched)
+        if self.admission is not None:
+            out["admission"] = json.dumps(self.admission.to_json(), sort_keys=True)
         return out
 
     @classmethod
@@ -302,7 +381,13 @@ class Execution:
             admitted_at=h.get("admitted_at", ""),
             task_text=h.get("task_text", ""),
             relaunches=_i(h, "relaunches") or 0,
+            admission=_admission(h),
         )
+
+
+def _admission(h: Hash) -> Admitted | None:
+    raw = _s(h, "admission")
+    return Admitted.from_json(json.loads(raw)) if raw else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -54,6 +54,7 @@ SCRIPT_NAMES: Final = (
     "settle",
     "absent",
     "listed",
+    "restore",
     "pass_reads",
 )
 

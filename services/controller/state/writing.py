@@ -349,6 +349,61 @@ class Writer:
             records.Seat.from_hash(reply["seat"]),
         )
 
+    async def restore(
+        self,
+        replacement: records.Execution,
+        *,
+        fence: Mapping[str, str],
+        decision: Mapping[str, str],
+        task_recovery: Mapping[str, Any],
+        detail: str,
+    ) -> tuple[str, int | None]:
+        """Write back a decision Redis lost, as the replacement's Pod witnesses it: the
+        replaced attempt's fence (its authority released in the same write), the decision
+        accepted, the replacement's record and the seat at its generation.
+
+        Returns:
+            The status (`restored`; `known` when the seat is at or past the generation, so a
+            repeat writes nothing; `conflict` when another decision is accepted; `diverged`
+            when the seat's current attempt is not the one replaced; `no_seat`) and, when
+            `diverged`, the seat's generation.
+        """
+        s, replaced = self.swarm, replacement.restores_from_execution
+        assert replaced is not None
+        now = self.clock()
+        reply = await self._run(
+            "restore",
+            [
+                keys.seat(s, replacement.seat),
+                keys.execution(s, replaced),
+                keys.fence(s, replaced),
+                keys.decision(s, replaced),
+                keys.execution(s, replacement.execution_id),
+                keys.task(s, replacement.task_id),
+                keys.attention(s),
+                keys.expected(s),
+                keys.slots(s),
+                keys.slots_used(s),
+                keys.events(s),
+            ],
+            [
+                replaced,
+                replacement.restores_from_generation,
+                replacement.execution_id,
+                replacement.generation,
+                json.dumps(dict(fence)),
+                json.dumps(dict(decision)),
+                json.dumps(replacement.to_hash()),
+                json.dumps(dict(task_recovery)),
+                rfc3339(now),
+                s,
+                detail,
+                json.dumps([k.value for k in records.AUTHORITY_RELEASES]),
+                *self._revoke_args(now),
+            ],
+        )
+        return str(reply["status"]), reply.get("expected_generation")
+
     async def launched(
         self,
         execution: records.Execution,

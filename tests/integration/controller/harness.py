@@ -87,7 +87,13 @@ class FakeRuntime:
             return
         self.specs[spec.execution_id] = spec
         self.attempts[spec.execution_id] = pods.Attempt(
-            spec.swarm, spec.seat, spec.execution_id, spec.generation, None, True
+            spec.swarm,
+            spec.seat,
+            spec.execution_id,
+            spec.generation,
+            None,
+            True,
+            witness=spec.annotations.get(pods.ANNOTATION_DECISION),
         )
         if self.after_effect is not None:
             self.after_effect("runtime:launch", {})
