@@ -324,8 +324,16 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
         assert kept.choice is records.Choice.FRESH
         assert kept.replacement_execution_id == acknowledged
         for seat in ("eng-2", "eng-3"):
+            # Never acknowledged: lost with the old master, unless its replacement was launched
+            # before the master died; that Pod carries the decision and it is written back
+            # (issue 23, part 2: the cluster is a second witness), never a different one.
             decision = await reading.decision(cluster_client, swarm, lost[seat])
-            assert decision is not None and decision.state is records.DecisionState.RECOVERY_PENDING
+            assert decision is not None
+            if decision.state is records.DecisionState.ACCEPTED:
+                assert decision.choice is records.Choice.FRESH, decision
+                assert decision.replacement_execution_id in outage.pods_of(emulator, swarm)
+            else:
+                assert decision.state is records.DecisionState.RECOVERY_PENDING, decision
         assert not await reading.paused(cluster_client, swarm)
         assert await reading.seat(cluster_client, swarm, "eng-4") is None
 
