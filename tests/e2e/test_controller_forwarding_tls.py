@@ -23,7 +23,7 @@ from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from services.common import tls, tls_settings
 from services.controller.state import keys, reading, records
 from tests.e2e import test_redis_outage as outage
-from tests.e2e.test_controller_sharing import holder_of, holders, redis
+from tests.e2e.test_controller_sharing import pause_through_the_other, redis
 from tests.support import certificates, k8s_emulator, ports
 from tests.support import controller_server as cs
 from tests.support.redis_server import RestartableRedis
@@ -67,24 +67,7 @@ async def test_a_forwarded_write_reaches_the_holder_over_tls_by_its_peer_name(
                 await ctl.channel.close()
                 ctl.channel = tls.channel(ctl.grpc_addr, conf, peer=True)
                 ctl.stub = pb_grpc.RecoveryStub(ctl.channel)
-            await outage.apply(running[0], cs.document(swarm, seats=("eng-1",), automation=False))
-            await ports.eventually(
-                lambda: outage.launched(client, swarm, ("eng-1",), 1), timeout=WAIT_S
-            )
-            held = (await holders(client, [swarm]))[swarm]
-            holder = next(c for c in running if holder_of(c) == held)
-            other = next(c for c in running if c is not holder)
-
-            paused = await other.stub.PauseRecovery(
-                pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
-            )
-            assert paused.paused
-            await holder.logged("recovery_paused")
-            assert not other.events("recovery_paused")
-            await other.stub.UnpauseRecovery(
-                pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
-            )
-            assert not await reading.paused(client, swarm)
+            other = await pause_through_the_other(running, client, swarm)
 
             lost = keys.execution_id(swarm, "eng-1", 1)
             outage.fail_pod(emulator, swarm, lost)

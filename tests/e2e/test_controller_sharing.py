@@ -196,6 +196,30 @@ async def test_three_controllers_split_the_swarms_take_over_from_a_killed_one_an
         await client.aclose()
 
 
+async def pause_through_the_other(
+    running: list[outage.Controller], client: aioredis.Redis, swarm: str
+) -> outage.Controller:
+    """Apply a one-seat swarm, then pause and unpause it through the replica that does not
+    hold it: the holder applies both (forwarded), the other logs neither. Returns that other
+    replica."""
+    await outage.apply(running[0], cs.document(swarm, seats=("eng-1",), automation=False))
+    await ports.eventually(lambda: outage.launched(client, swarm, ("eng-1",), 1), timeout=WAIT_S)
+    held = (await holders(client, [swarm]))[swarm]
+    holder = next(c for c in running if holder_of(c) == held)
+    other = next(c for c in running if c is not holder)
+    paused = await other.stub.PauseRecovery(
+        pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
+    )
+    assert paused.paused
+    await holder.logged("recovery_paused")
+    assert not other.events("recovery_paused")
+    await other.stub.UnpauseRecovery(
+        pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
+    )
+    assert not await reading.paused(client, swarm)
+    return other
+
+
 async def test_a_write_that_reaches_a_replica_without_the_lease_is_forwarded_to_the_holder(
     tmp_path: pathlib.Path, redis: RestartableRedis
 ) -> None:
@@ -208,24 +232,7 @@ async def test_a_write_that_reaches_a_replica_without_the_lease_is_forwarded_to_
     try:
         async with k8s_emulator.serving() as emulator, outage.controllers() as running:
             await start_replicas(running, 2, tmp_path, emulator, redis.url)
-            await outage.apply(running[0], cs.document(swarm, seats=("eng-1",), automation=False))
-            await ports.eventually(
-                lambda: outage.launched(client, swarm, ("eng-1",), 1), timeout=WAIT_S
-            )
-            held = (await holders(client, [swarm]))[swarm]
-            holder = next(c for c in running if holder_of(c) == held)
-            other = next(c for c in running if c is not holder)
-
-            paused = await other.stub.PauseRecovery(
-                pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
-            )
-            assert paused.paused
-            await holder.logged("recovery_paused")
-            assert not other.events("recovery_paused")
-            await other.stub.UnpauseRecovery(
-                pb.PauseRecoveryRequest(swarm=swarm), metadata=cs.OPERATOR, timeout=WAIT_S
-            )
-            assert not await reading.paused(client, swarm)
+            other = await pause_through_the_other(running, client, swarm)
 
             lost = keys.execution_id(swarm, "eng-1", 1)
             outage.fail_pod(emulator, swarm, lost)
