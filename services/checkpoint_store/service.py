@@ -53,6 +53,15 @@ def _name(sha256: str) -> str:
     return sha256
 
 
+def _stored_sha256(manifest: bytes) -> str | None:
+    """The hash of the record a stored manifest holds; None when it does not decode."""
+    try:
+        record, _ = records.decode_manifest(manifest)
+    except records.ManifestError:
+        return None
+    return records.record_sha256(record)
+
+
 class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
     """Translates gRPC calls to a scoped ArtifactStore.
 
@@ -195,15 +204,16 @@ class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
             present = [await store.object_exists(name) for name in names]
         if not all(present):
             raise errors.Refused("missing_object", "missing_object")
-        manifest = records.encode_manifest(record)
+        manifest_sha = records.record_sha256(record)
         existing = await store.get_manifest(checkpoint_id)
-        if existing is not None and existing != manifest:
+        if existing is None:
+            await store.put_manifest(checkpoint_id, records.encode_manifest(record))
+        elif _stored_sha256(existing) != manifest_sha:
+            # Compared by the record's hash, not the stored bytes: the same record committed
+            # again is the same checkpoint, stored packed or (before packing) as plain JSON.
             raise errors.Refused(
                 "already_committed", "a different record is already committed under this id"
             )
-        if existing is None:
-            await store.put_manifest(checkpoint_id, manifest)
-        _, manifest_sha = records.decode_manifest(manifest)
         logs.event(
             log,
             "checkpoint_committed",

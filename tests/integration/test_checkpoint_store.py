@@ -18,7 +18,7 @@ from agentihooks.swarm.v2 import checkpoint_store_pb2 as pb
 from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as pb_grpc
 
 from services.common import rpc, tokens
-from services.common.checkpoints import s3
+from services.common.checkpoints import packing, records, s3, storing
 from tests.support import redis_server, store_server
 from tests.support import s3 as s3_support
 from tests.unit.checkpoints import material
@@ -400,3 +400,75 @@ async def test_store_service_over_s3(
     finally:
         await server.stop(None)
         await service.aclose()
+
+
+def _manifest_file(root: pathlib.Path, checkpoint_id: str) -> pathlib.Path:
+    return next(root.rglob(f"records/{checkpoint_id}.json"))
+
+
+async def test_manifests_are_stored_packed_and_read_plain_or_packed(
+    store_server: store_server.StoreServer,
+) -> None:
+    """A committed manifest is stored packed (a quarter of its JSON); a manifest stored as plain
+    JSON before packing still reads, verifies, and takes the same record committed again."""
+    stub = pb_grpc.CheckpointStoreStub(store_server.channel)
+    _, token = store_server.grant()
+    await _upload_all(stub, token)
+    record = material.native_record()
+    committed = await stub.CommitCheckpoint(
+        pb.CommitCheckpointRequest(record_json=json.dumps(record)), metadata=_md(token)
+    )
+    path = _manifest_file(store_server.root, "ckpt-7")
+    stored = path.read_bytes()
+    assert packing.is_packed(stored)
+    decoded, claimed = records.decode_manifest(stored)
+    assert claimed == committed.manifest_sha256 == records.record_sha256(decoded)
+    plain = records.canonical_bytes({"manifest_sha256": claimed, "record": decoded})
+    assert len(stored) < len(plain) / 2
+    # As every manifest was stored before packing: plain JSON.
+    path.write_bytes(plain)
+    again = await stub.CommitCheckpoint(
+        pb.CommitCheckpointRequest(record_json=json.dumps(record)), metadata=_md(token)
+    )
+    assert again.manifest_sha256 == committed.manifest_sha256
+    assert path.read_bytes() == plain
+    verdict = await stub.Verify(pb.VerifyRequest(checkpoint_id="ckpt-7"), metadata=_md(token))
+    assert verdict.ok
+    got = await stub.GetRecord(pb.GetRecordRequest(checkpoint_id="ckpt-7"), metadata=_md(token))
+    assert got.manifest_sha256 == committed.manifest_sha256
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        pytest.param(lambda good: good[:-3], id="truncated"),
+        pytest.param(lambda good: good + b"\x00", id="trailing-bytes"),
+        pytest.param(lambda good: good[:4] + b"\x02" + good[5:], id="unknown-format"),
+        pytest.param(
+            lambda good: packing.pack(b" " * (storing.MAX_MANIFEST_BYTES + 1)), id="over-the-limit"
+        ),
+    ],
+)
+async def test_a_hostile_packed_manifest_is_a_corrupt_manifest(
+    store_server: store_server.StoreServer, hostile: Any
+) -> None:
+    """A packed manifest that is damaged, of an unknown format, or unpacks past the manifest
+    limit (a few KiB inflating to more than 16 MiB) is `corrupt_manifest`, and stays as it was."""
+    stub = pb_grpc.CheckpointStoreStub(store_server.channel)
+    _, token = store_server.grant()
+    await _upload_all(stub, token)
+    await stub.CommitCheckpoint(
+        pb.CommitCheckpointRequest(record_json=json.dumps(material.native_record())),
+        metadata=_md(token),
+    )
+    path = _manifest_file(store_server.root, "ckpt-7")
+    bad = hostile(path.read_bytes())
+    path.write_bytes(bad)
+    exc = await _refused(
+        stub.GetRecord(pb.GetRecordRequest(checkpoint_id="ckpt-7"), metadata=_md(token)),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+    assert _reason(exc) == "corrupt_manifest"
+    verdict = await stub.Verify(pb.VerifyRequest(checkpoint_id="ckpt-7"), metadata=_md(token))
+    assert (verdict.ok, verdict.reason) == (False, "corrupt_manifest")
+    assert path.read_bytes() == bad

@@ -19,7 +19,7 @@ from typing import Any, Final
 import jsonschema
 import jsonschema_rs
 
-from services.common.checkpoints import chains, reasons
+from services.common.checkpoints import chains, packing, reasons, storing
 
 SCHEMA_VERSIONS: Final = frozenset({1, 2, 3})
 CURRENT_SCHEMA_VERSION: Final = 3
@@ -53,9 +53,10 @@ def record_sha256(record: Mapping[str, Any]) -> str:
 
 
 def encode_manifest(record: Mapping[str, Any]) -> bytes:
-    """The stored manifest of `record`: the record and the hash of its canonical bytes."""
+    """The stored manifest of `record`: the record and the hash of its canonical bytes, packed
+    (`packing`: about a quarter of the JSON's size)."""
     manifest = {"manifest_sha256": record_sha256(record), "record": record}
-    return canonical_bytes(manifest)
+    return packing.pack(canonical_bytes(manifest))
 
 
 def _refuse_constant(name: str) -> Any:
@@ -65,9 +66,17 @@ def _refuse_constant(name: str) -> Any:
 def decode_manifest(data: bytes) -> tuple[dict[str, Any], str]:
     """Split a stored manifest into its record and the hash it claims (not yet compared).
 
+    A manifest is read packed (`packing`) or as plain JSON (as every manifest was stored before
+    packing).
+
     Raises:
-        ManifestError: the bytes are not UTF-8 JSON of the manifest's shape.
+        ManifestError: the bytes are not UTF-8 JSON of the manifest's shape, packed or not.
     """
+    if packing.is_packed(data):
+        try:
+            data = packing.unpack(data, storing.MAX_MANIFEST_BYTES)
+        except ValueError as error:
+            raise ManifestError(str(error)) from None
     try:
         manifest = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:

@@ -152,9 +152,9 @@ async def test_manifest_absent(world: World) -> None:
 async def test_corrupt_manifest_when_the_record_no_longer_matches_its_hash(world: World) -> None:
     """`corrupt_manifest`: the record does not match its stored hash."""
     path = kit.manifest_path(world.root, world.captured.checkpoint_id)
-    manifest = json.loads(path.read_bytes())
-    manifest["record"]["sequence"] += 1
-    path.write_text(json.dumps(manifest))
+    record, claimed = records.decode_manifest(path.read_bytes())
+    record["sequence"] += 1
+    path.write_text(json.dumps({"manifest_sha256": claimed, "record": record}))
     await _refused(world, "corrupt_manifest")
 
 

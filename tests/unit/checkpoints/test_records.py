@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from services.common.checkpoints import reasons, records
+from services.common.checkpoints import packing, reasons, records
 from tests.unit.checkpoints import material
 
 
@@ -16,7 +16,7 @@ def test_the_manifest_hash_is_taken_over_canonical_record_bytes() -> None:
     record = material.native_record()
     canonical = json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert records.canonical_bytes(record) == canonical.encode()
-    manifest = json.loads(records.encode_manifest(record))
+    manifest = json.loads(packing.unpack(records.encode_manifest(record), 1 << 20))
     assert manifest == {
         "manifest_sha256": hashlib.sha256(canonical.encode()).hexdigest(),
         "record": record,
