@@ -23,6 +23,7 @@ from redis.crc import key_slot
 from services.cli import main as cli
 from services.common import redis_link, revocations
 from services.controller import telemetry
+from services.controller.pods import runtime
 from services.controller.state import durable, keys, reading, records, scripting
 from tests.e2e import kube_cluster
 from tests.e2e import test_redis_outage as outage
@@ -233,6 +234,17 @@ async def decide_over_http(
         return answer.status, await answer.json()
 
 
+def _live_pods(emulator: k8s_emulator.K8sEmulator, swarm: str, seat: str) -> list[str]:
+    """The executions of the seat's Pods the API server holds that are not being deleted."""
+    return sorted(
+        labels[runtime.LABEL_EXECUTION]
+        for pod in emulator.objects("pods", cs.NAMESPACE)
+        if not pod["metadata"].get("deletionTimestamp")
+        and (labels := pod["metadata"].get("labels") or {}).get(runtime.LABEL_SWARM) == swarm
+        and labels.get(runtime.LABEL_SEAT) == seat
+    )
+
+
 async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_replica_promotion(
     tmp_path: pathlib.Path, cluster: RedisCluster, cluster_client: redis_link.Client
 ) -> None:
@@ -245,7 +257,8 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
     acknowledged decision is there with its replacement; what was refused is lost, as the
     callers were told it might be. Once the old master rejoins as a replica, repeating the
     acknowledged choice returns it, a different one is refused (spec: "no recovery decision is
-    pending for this attempt"), and a lost decision can be taken again."""
+    pending for this attempt"), a lost decision can be taken again, and each seat ends with
+    exactly one live Pod, of its newest generation."""
     swarm, seats = swarms_on_each_master(cluster, "ack")[0], ("eng-1", "eng-2", "eng-3")
     lost = {s: keys.execution_id(swarm, s, 1) for s in seats}
     async with k8s_emulator.serving() as emulator, outage.controllers() as running:
@@ -352,6 +365,19 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
         assert other["reason"] == "no recovery decision is pending for this attempt", other
         retaken = await answered(lost["eng-3"], "fresh")
         assert retaken["state"] == "accepted", retaken
+        eng_2 = await reading.decision(cluster_client, swarm, lost["eng-2"])
+        if eng_2 is not None and eng_2.state is records.DecisionState.RECOVERY_PENDING:
+            assert (await answered(lost["eng-2"], "fresh"))["state"] == "accepted"
+
+        # Every seat ends with exactly one live Pod, of its newest generation: nothing launched
+        # for a lost write runs beside it, and no lost attempt's Pod is left.
+        async def one_pod_each() -> None:
+            for seat in seats:
+                record = await reading.seat(cluster_client, swarm, seat)
+                assert record is not None and record.generation == 2, (seat, record)
+                assert _live_pods(emulator, swarm, seat) == [record.current_execution_id]
+
+        await ports.eventually(one_pod_each, timeout=WAIT_S)
         assert ctl.alive()
         assert await ctl.stop() == 0
         outage.clean_log(ctl)
