@@ -7,6 +7,7 @@ metadata key `agentihooks-reason`; the status message is the spec's text.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import errno
 import functools
 import inspect
@@ -45,7 +46,21 @@ async def abort(context: grpc.aio.ServicerContext[Any, Any], refusal: errors.Ref
 
 
 Authenticator = Callable[[str | None], Awaitable[object]]
-"""Checks a bearer credential (None when the call carries none); raises an `errors.Refusal`."""
+"""Checks a bearer credential (None when the call carries none); raises an `errors.Refusal`.
+What it returns is the call's caller (`authenticated`)."""
+
+_AUTHENTICATED: contextvars.ContextVar[tuple[str | None, object] | None] = contextvars.ContextVar(
+    "authenticated", default=None
+)
+
+
+def authenticated(token: str | None) -> object | None:
+    """What the authenticator returned for this call's credential `token`, so a handler does
+    not check the credential a second time; None when no authenticator ran for it."""
+    found = _AUTHENTICATED.get()
+    if found is None or found[0] != token:
+        return None
+    return found[1]
 
 
 class Authenticating(grpc.aio.ServerInterceptor):  # type: ignore[misc]
@@ -71,8 +86,9 @@ class Authenticating(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler is None or service not in self._services:
             return handler
         metadata = {str(k).lower(): str(v) for k, v in details.invocation_metadata or ()}
+        token = tokens.bearer(metadata)
         try:
-            await self._authenticate(tokens.bearer(metadata))
+            caller = await self._authenticate(token)
         except errors.Refusal as refusal:
             return _refusing(handler, refusal)
         except Exception as exc:
@@ -82,6 +98,8 @@ class Authenticating(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             if unavailable is None:
                 raise
             return _refusing(handler, unavailable)
+        # The handler runs in this call's task, after this: it finds the caller here.
+        _AUTHENTICATED.set((token, caller))
         return handler
 
 

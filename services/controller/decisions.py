@@ -11,11 +11,10 @@ a different choice is refused with `no recovery decision is pending for this att
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import logging
 
 from services.common import errors, logs, redis_link
-from services.controller import deciding, replacing, telemetry
+from services.controller import authorizing, deciding, policy, replacing, telemetry
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.decisions")
@@ -50,31 +49,22 @@ class Chooser:
     credential_sha256: str | None = dataclasses.field(default=None, repr=False)
 
 
-async def _bound(ctx: replacing.Context, agent: str, credential_sha256: str) -> bool:
-    stored = (await reading.masters(ctx.client, ctx.swarm)).get(agent)
-    return stored is not None and hmac.compare_digest(stored.encode(), credential_sha256.encode())
-
-
 async def authorize(
     ctx: replacing.Context, caller: records.Principal, agent: str | None
 ) -> Chooser:
-    """Check that the caller may choose for this swarm, as the named agent.
+    """Check that the caller may choose for this swarm, as the named agent (`policy`'s
+    `CHOOSE`); return who chooses, as the decision records it.
 
     Raises:
         errors.ForbiddenScope: a worker credential, a master of another swarm, a master whose
             credential is not bound to the named agent, or a master no longer registered.
     """
-    if isinstance(caller, records.Operator):
+    role = await authorizing.authorize(ctx.client, ctx.swarm, policy.Action.CHOOSE, caller, agent)
+    if role is policy.Role.OPERATOR:
         return Chooser(records.DecisionSource.OPERATOR, agent or "operator")
-    if (
-        isinstance(caller, records.Master)
-        and caller.swarm == ctx.swarm
-        and agent is not None
-        and hmac.compare_digest(caller.agent.encode(), agent.encode())
-        and await _bound(ctx, caller.agent, caller.credential_sha256)
-    ):
-        return Chooser(records.DecisionSource.MASTER, caller.agent, caller.credential_sha256)
-    raise errors.ForbiddenScope()
+    if not isinstance(caller, records.Master):  # the only other role that may choose
+        raise errors.ForbiddenScope()
+    return Chooser(records.DecisionSource.MASTER, caller.agent, caller.credential_sha256)
 
 
 async def resolve(ctx: replacing.Context, execution_or_seat: str) -> str:
@@ -242,13 +232,12 @@ async def apply_requests(
     for field, request in recorded:
         chooser = Chooser(request.source, request.agent, request.credential_sha256)
         try:
-            if request.source is records.DecisionSource.MASTER and not (
-                request.agent
-                and request.credential_sha256
-                and await _bound(ctx, request.agent, request.credential_sha256)
-            ):
-                # The master was unregistered (or rebound) since it asked.
-                raise errors.ForbiddenScope()
+            if request.source is records.DecisionSource.MASTER:
+                # The master may have been unregistered (or rebound) since it asked.
+                if not (request.agent and request.credential_sha256):
+                    raise errors.ForbiddenScope()
+                asker = records.Master(ctx.swarm, request.agent, request.credential_sha256)
+                await authorize(ctx, asker, request.agent)
             await choose(ctx, request.execution_id, request.choice, chooser, request_field=field)
             applied += 1
         except scripting.LeaseLost:

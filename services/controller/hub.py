@@ -20,8 +20,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from services.common import errors, logs, redis_link, revocations, settings, tokens
-from services.controller import metrics, recovering, relaying, replacing, sharing
+from services.common import errors, logs, redis_link, settings
+from services.controller import authorizing, metrics, recovering, relaying, replacing, sharing
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records
 
@@ -85,7 +85,6 @@ class Hub:
         self.runtime = runtime
         self.runtime_name = runtime_name
         self._grant_key = grant_key
-        self._operator_token = operator_token
         self._worker_image = worker_image
         self._checkpoints = checkpoints
         self.holder = holder or leasing.new_holder()
@@ -94,7 +93,9 @@ class Hub:
         self._store_addr = store_addr
         self._entry_point = entry_point
         self._redis_wait = redis_wait
-        self._revoked = revocations.RedisRevocations(client)
+        self.principals = authorizing.Principals(
+            client, operator_token=operator_token, grant_key=grant_key
+        )
         self._recoveries: dict[str, recovering.Recovery] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
         self._discovery: asyncio.Task[None] | None = None
@@ -334,34 +335,6 @@ class Hub:
     # Callers.
 
     async def principal(self, token: str | None, swarm: str | None) -> records.Principal:
-        """Who holds `token`: the operator, a registered master of `swarm`, or an attempt.
-
-        A revoked worker credential (a fenced attempt) is refused with forbidden_scope: a fenced
-        worker keeps no authority. Anything else unknown is unauthenticated. A check that
-        needs Redis (a revocation, a master's binding) and cannot reach it raises the client's
-        error, answered UNAVAILABLE (`redis_unavailable`): never let through.
-        """
-        if not token:
-            raise errors.Unauthenticated("credential missing")
-        if tokens.operator_matches(self._operator_token, token):
-            return records.Operator()
-        if tokens.is_worker_token(token):
-            try:
-                cred = await tokens.check_worker_credential(self._grant_key, token, self._revoked)
-            except errors.Unauthenticated as exc:
-                if exc.message == "credential revoked":
-                    raise errors.ForbiddenScope() from None
-                raise
-            return records.Worker(cred)
-        if swarm and keys.is_name(swarm):
-            master = await reading.master_for_token(self.client, swarm, token)
-            if master is not None:
-                return master
-        # A master of another swarm is still a known caller: the checks that follow refuse it
-        # with forbidden_scope rather than calling its credential invalid.
-        for other in await reading.swarm_names(self.client):
-            if other != swarm:
-                master = await reading.master_for_token(self.client, other, token)
-                if master is not None:
-                    return master
-        raise errors.Unauthenticated("credential invalid")
+        """Who holds `token` (see `authorizing.Principals.resolve`); a call resolves its
+        credential once through `principals.caller`."""
+        return await self.principals.resolve(token, swarm)

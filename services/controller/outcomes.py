@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from services.common import directives, errors
-from services.controller import replacing, telemetry
+from services.controller import authorizing, policy, replacing, telemetry
 from services.controller.state import reading, records
 
 MISMATCH = "the reported {field} differs from the accepted directive"
@@ -60,7 +60,8 @@ async def report_restore(
             different outcome was already stored.
         scripting.LeaseLost: this replica is not the lease holder.
     """
-    held, cred = await replacing.current_attempt(ctx, caller)
+    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
+    held, cred = own.execution, own.credential
     if held.restores_from_execution is None:
         raise _status_refusal("not_replacement")
     fence = await reading.fence(ctx.client, ctx.swarm, held.restores_from_execution)
@@ -115,7 +116,8 @@ async def report_refusal(ctx: replacing.Context, caller: records.Principal, reas
         errors.Malformed: no reason, or one longer than any of the spec's.
         scripting.LeaseLost: this replica is not the lease holder.
     """
-    held, cred = await replacing.current_attempt(ctx, caller)
+    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
+    held, cred = own.execution, own.credential
     if not reason or len(reason) > 200:
         raise errors.Malformed("malformed_refusal", "a refusal names a reason of the spec")
     detail = telemetry.detail(outcome="refused", reason=reason)
@@ -143,7 +145,8 @@ async def report_capture(
         errors.Malformed: a negative watermark.
         scripting.LeaseLost: this replica is not the lease holder.
     """
-    held, cred = await replacing.current_attempt(ctx, caller)
+    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
+    held, cred = own.execution, own.credential
     if archive_watermark is not None and archive_watermark < 0:
         raise errors.Malformed("malformed_capture", "an archive watermark is not negative")
     status = await ctx.writer.capture(

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from services.common import directives, errors, logs, redis_link, tokens
 from services.common.checkpoints import storing, validation
-from services.controller import deciding, telemetry, witnesses
+from services.controller import authorizing, deciding, policy, telemetry, witnesses
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, records, writing
 
@@ -491,40 +491,14 @@ class LaunchRecord:
     continuation_prompt: str = ""
 
 
-async def current_attempt(
-    ctx: Context, caller: records.Principal
-) -> tuple[records.Execution, tokens.WorkerCredential]:
-    """The caller's own attempt and credential, when the attempt is still the seat's current,
-    unfenced attempt.
-
-    Raises:
-        errors.ForbiddenScope: not a worker credential of this swarm, not that attempt's own
-            credential, or the attempt was fenced or superseded.
-    """
-    if not isinstance(caller, records.Worker) or caller.credential.swarm != ctx.swarm:
-        raise errors.ForbiddenScope()
-    cred = caller.credential
-    held = await reading.execution(ctx.client, ctx.swarm, cred.execution_id)
-    if (
-        held is None
-        or held.credential_id != cred.credential_id
-        or held.generation != cred.execution_generation
-        or held.state is not records.ExecutionState.RUNNING
-    ):
-        raise errors.ForbiddenScope()
-    seat = await reading.seat(ctx.client, ctx.swarm, held.seat)
-    if seat is None or seat.current_execution_id != held.execution_id:
-        raise errors.ForbiddenScope()
-    return held, cred
-
-
 async def launch_record(ctx: Context, caller: records.Principal) -> LaunchRecord:
     """The calling attempt's launch record, with its grants minted now under their ids.
 
     The restore grant reads the fenced attempt's scope (for the restore); the capture grant
     writes the attempt's own scope. A fenced attempt gets nothing (forbidden_scope).
     """
-    held, _ = await current_attempt(ctx, caller)
+    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.LAUNCH, caller)
+    held = own.execution
     config = await reading.config(ctx.client, ctx.swarm)
     if config is None:
         raise errors.NotFound("swarm_missing", "the swarm is not declared")

@@ -17,8 +17,8 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 
 from services.common import errors, logs, rpc, tls, tokens
+from services.controller import authorizing, policy, recovering, telemetry
 from services.controller import hub as hubs
-from services.controller import recovering, telemetry
 from services.controller.api import convert
 from services.controller.state import keys, records, scripting
 
@@ -32,25 +32,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("services.controller.api")
 
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
-
-
-def _operator(caller: records.Principal) -> None:
-    if not isinstance(caller, records.Operator):
-        raise errors.ForbiddenScope()
-
-
-def _reader(caller: records.Principal, swarm: str) -> None:
-    if isinstance(caller, records.Operator):
-        return
-    if isinstance(caller, records.Master) and caller.swarm == swarm:
-        return
-    raise errors.ForbiddenScope()
-
-
-def _worker(caller: records.Principal) -> records.Worker:
-    if not isinstance(caller, records.Worker):
-        raise errors.ForbiddenScope()
-    return caller
 
 
 def _named_swarm(request: pb.RestoreDecisionRequest) -> str | None:
@@ -165,13 +146,29 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     def register(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_RecoveryServicer_to_server(self, server)
 
-    async def authenticate(self, token: str | None) -> None:
+    async def authenticate(self, token: str | None) -> authorizing.Caller:
         """Who the caller is, checked before any request is read (`rpc.Authenticating`):
-        unauthenticated for no or an unknown credential, forbidden_scope for a revoked one."""
-        await self._hub.principal(token, None)
+        unauthenticated for no or an unknown credential, forbidden_scope for a revoked one.
+        The handler gets the caller resolved here (`_caller`)."""
+        caller = self._hub.principals.caller(token)
+        await caller.principal(None)
+        return caller
 
     async def _caller(self, context: Context, swarm: str | None) -> records.Principal:
-        return await self._hub.principal(tokens.bearer(rpc.metadata(context)), swarm)
+        """The call's principal for `swarm`, as `authenticate` resolved it."""
+        token = tokens.bearer(rpc.metadata(context))
+        caller = rpc.authenticated(token)
+        if not isinstance(caller, authorizing.Caller):
+            caller = self._hub.principals.caller(token)  # served without the interceptor
+        return await caller.principal(swarm)
+
+    async def _authorized(
+        self, context: Context, swarm: str | None, action: policy.Action
+    ) -> records.Principal:
+        """The call's principal, once the policy lets it do `action` in `swarm`."""
+        principal = await self._caller(context, swarm)
+        await authorizing.authorize(self._hub.client, swarm, action, principal)
+        return principal
 
     async def _target(self, request: pb.RestoreDecisionRequest) -> tuple[str, str]:
         """The swarm and the execution-or-seat a decision request names."""
@@ -190,7 +187,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def ApplySwarm(
         self, request: pb.ApplySwarmRequest, context: Context
     ) -> pb.ApplySwarmResponse:
-        _operator(await self._caller(context, None))
+        await self._authorized(context, None, policy.Action.APPLY)
         if not request.document.strip():
             raise errors.Malformed("malformed", "the swarm document is empty")
         from services.controller import swarms
@@ -248,7 +245,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def GetSwarmStatus(
         self, request: pb.GetSwarmStatusRequest, context: Context
     ) -> pb.SwarmStatus:
-        _reader(await self._caller(context, request.swarm), request.swarm)
+        await self._authorized(context, request.swarm, policy.Action.READ)
         recovery = await self._hub.recovery(request.swarm)
         return convert.status(await recovery.status(), self._hub.runtime_name)
 
@@ -256,7 +253,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def WatchRecovery(
         self, request: pb.WatchRecoveryRequest, context: Context
     ) -> AsyncIterator[pb.RecoveryEvent]:
-        _reader(await self._caller(context, request.swarm), request.swarm)
+        await self._authorized(context, request.swarm, policy.Action.READ)
         recovery = await self._hub.recovery(request.swarm)
         after = request.after or await telemetry.last_id(self._hub.client, request.swarm)
         while True:
@@ -280,7 +277,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def PauseRecovery(
         self, request: pb.PauseRecoveryRequest, context: Context
     ) -> pb.PauseState:
-        _operator(await self._caller(context, request.swarm))
+        await self._authorized(context, request.swarm, policy.Action.SWITCH)
         recovery = await self._hub.recovery(request.swarm)
         await _core(recovery.swarm, recovery.pause())
         logs.event(log, "recovery_paused", swarm=request.swarm)
@@ -291,7 +288,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
     async def UnpauseRecovery(
         self, request: pb.PauseRecoveryRequest, context: Context
     ) -> pb.PauseState:
-        _operator(await self._caller(context, request.swarm))
+        await self._authorized(context, request.swarm, policy.Action.SWITCH)
         recovery = await self._hub.recovery(request.swarm)
         await _core(recovery.swarm, recovery.unpause())
         logs.event(log, "recovery_unpaused", swarm=request.swarm)
@@ -299,9 +296,9 @@ class RecoveryService(pb_grpc.RecoveryServicer):
 
     async def _worker_recovery(
         self, context: Context
-    ) -> tuple[records.Worker, recovering.Recovery]:
-        worker = _worker(await self._caller(context, None))
-        return worker, await self._hub.recovery(worker.credential.swarm)
+    ) -> tuple[records.Principal, recovering.Recovery]:
+        worker = await self._caller(context, None)
+        return worker, await self._hub.recovery(policy.attempt_swarm(worker))
 
     @rpc.handled
     async def GetLaunchRecord(
@@ -335,7 +332,7 @@ class RecoveryService(pb_grpc.RecoveryServicer):
             raise
 
     async def _report(
-        self, worker: records.Worker, recovery: recovering.Recovery, final: pb.RestoreReport
+        self, worker: records.Principal, recovery: recovering.Recovery, final: pb.RestoreReport
     ) -> pb.RestoreReportAck:
         if final.WhichOneof("report") == "refusal":
             if not final.refusal.reason:

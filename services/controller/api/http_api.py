@@ -1,10 +1,11 @@
 """The controller's HTTP API: restore decisions, the pause switch, swarm status, metrics, health,
 and the pages (the swarm panel and each swarm's ledger; see `pages`).
 
-This layer only translates: it reads a bearer credential and a JSON body, asks the hub who the
-caller is, calls the swarm's `Recovery`, and writes JSON. Refusals become HTTP statuses in one
-place (`STATUS`); anything unexpected becomes `500 internal error` and is logged by type only,
-because an exception's message may hold values that must never reach a caller or a log.
+This layer only translates: it reads a bearer credential and a JSON body, resolves who the
+caller is once and asks the policy (`authorizing`), calls the swarm's `Recovery`, and writes
+JSON. Refusals become HTTP statuses in one place (`STATUS`); anything unexpected becomes `500
+internal error` and is logged by type only, because an exception's message may hold values
+that must never reach a caller or a log.
 """
 
 from __future__ import annotations
@@ -19,14 +20,16 @@ import aiohttp
 from aiohttp import web
 
 from services.common import addresses, directives, errors, logs, rpc, tls, tls_settings, tokens
+from services.controller import authorizing, metrics, policy, recovering
 from services.controller import hub as controller_hub
-from services.controller import metrics, recovering
 from services.controller.api import pages
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.http")
 
 HUB: Final = web.AppKey("hub", controller_hub.Hub)
+CALLER: Final = web.RequestKey("caller", authorizing.Caller)
+"""The call's caller, resolved once by `_authenticated` before the route runs."""
 
 MAX_BODY_BYTES: Final = 64 * 1024
 """A decision body is a few dozen bytes; anything near this is not one."""
@@ -112,8 +115,17 @@ async def _authenticated(request: web.Request, handler: Handler) -> web.StreamRe
     looked at: no credential and a forged one get the same answer whatever the call names
     (an unknown execution is not told apart from a known one)."""
     if request.path.startswith(AUTHENTICATED_PREFIX):
-        await request.app[HUB].principal(_token(request), None)
+        caller = request.app[HUB].principals.caller(_token(request))
+        await caller.principal(_named_swarm(request))
+        request[CALLER] = caller
     return await handler(request)
+
+
+def _named_swarm(request: web.Request) -> str | None:
+    """The swarm a route names (not yet validated): whose masters to look the caller up
+    among first."""
+    info = request.match_info
+    return info.get("swarm") or keys.swarm_of(info.get("execution", ""))
 
 
 # Callers and bodies.
@@ -124,14 +136,17 @@ def _token(request: web.Request) -> str | None:
 
 
 async def _caller(request: web.Request, swarm: str | None) -> records.Principal:
-    return await request.app[HUB].principal(_token(request), swarm)
+    """The call's principal for `swarm`, as `_authenticated` resolved it."""
+    return await request[CALLER].principal(swarm)
 
 
-def _may_read(caller: records.Principal, swarm: str) -> bool:
-    """The operator, or a registered master of this swarm, may read its status."""
-    if isinstance(caller, records.Operator):
-        return True
-    return isinstance(caller, records.Master) and caller.swarm == swarm
+async def _authorized(
+    request: web.Request, swarm: str | None, action: policy.Action
+) -> records.Principal:
+    """The call's principal, once the policy lets it do `action` in `swarm`."""
+    principal = await _caller(request, swarm)
+    await authorizing.authorize(request.app[HUB].client, swarm, action, principal)
+    return principal
 
 
 async def _body(request: web.Request) -> Mapping[str, Any]:
@@ -293,9 +308,7 @@ def status_json(
 async def swarm_status(request: web.Request) -> web.Response:
     """`GET /v1/swarms/{swarm}/status`: tasks, seats and handoff cards (operator or master)."""
     swarm = request.match_info["swarm"]
-    caller = await _caller(request, swarm)
-    if not _may_read(caller, swarm):
-        raise errors.ForbiddenScope()
+    caller = await _authorized(request, swarm, policy.Action.READ)
     hub = request.app[HUB]
     status = await (await hub.recovery(swarm)).status()
     return _json(status_json(status, hub.runtime_name, caller))
@@ -327,19 +340,18 @@ async def swarm_panel(request: web.Request) -> web.Response:
     """`GET /v1/swarms`: the swarm panel's data: every swarm the caller may read (each one for
     the operator, its own for a master) with its seats counted (`panel_row`)."""
     hub = request.app[HUB]
-    caller = await _caller(request, None)
-    if not isinstance(caller, records.Operator | records.Master):
-        raise errors.ForbiddenScope()
+    caller = await _authorized(request, None, policy.Action.LIST)
     rows = []
     for name in await reading.swarm_names(hub.client):
         if not keys.is_name(name):
             continue
         # A master reads the swarms its credential is registered in, each one looked up
         # among that swarm's own masters.
-        if isinstance(caller, records.Operator) or (
-            await reading.master_for_token(hub.client, name, _token(request)) is not None
-        ):
-            rows.append(panel_row(await (await hub.recovery(name)).status()))
+        try:
+            await _authorized(request, name, policy.Action.READ)
+        except errors.ForbiddenScope:
+            continue
+        rows.append(panel_row(await (await hub.recovery(name)).status()))
     return _json({"caller": _role(caller), "swarms": rows})
 
 
@@ -349,9 +361,7 @@ async def unpause(request: web.Request) -> web.Response:
     credential is checked first, then the swarm named, then the switch is written (by the
     lease holder: forwarded to it when this replica does not hold the lease)."""
     swarm = request.match_info["swarm"]
-    caller = await _caller(request, swarm)
-    if not isinstance(caller, records.Operator):
-        raise errors.ForbiddenScope()
+    await _authorized(request, swarm, policy.Action.SWITCH)
     recovery = await request.app[HUB].recovery(swarm)
     try:
         await recovery.unpause()
