@@ -111,11 +111,6 @@ def unavailable() -> errors.Unavailable:
     return errors.Unavailable(REASON, f"Redis does not answer ({VARIABLE}); try again later")
 
 
-def refusal_of(exc: BaseException) -> errors.Refusal | None:
-    """`unavailable()` for an unreachable Redis, else None."""
-    return unavailable() if unreachable(exc) else None
-
-
 def _cluster_url(url: str) -> str | None:
     """The plain URL a `redis+cluster://` or `rediss+cluster://` URL stands for, else None."""
     scheme, sep, rest = url.partition("://")

@@ -94,10 +94,9 @@ class Authenticating(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         except Exception as exc:
             # Redis unreachable while checking a credential (a revocation, a master's binding):
             # UNAVAILABLE, never a pass.
-            unavailable = redis_link.refusal_of(exc)
-            if unavailable is None:
+            if not redis_link.unreachable(exc):
                 raise
-            return _refusing(handler, unavailable)
+            return _refusing(handler, redis_link.unavailable())
         # The handler runs in this call's task, after this: it finds the caller here.
         _AUTHENTICATED.set((token, caller))
         return handler
@@ -133,10 +132,9 @@ def _report_unexpected(method: str, exc: BaseException) -> None:
 async def _unexpected(
     context: grpc.aio.ServicerContext[Any, Any], method: str, exc: Exception
 ) -> None:
-    refusal = redis_link.refusal_of(exc)
-    if refusal is not None:
+    if redis_link.unreachable(exc):
         # Redis unreachable: a state the caller retries through, not a fault of this call.
-        await abort(context, refusal)
+        await abort(context, redis_link.unavailable())
     _report_unexpected(method, exc)
     await context.abort(grpc.StatusCode.INTERNAL, "internal error")
 

@@ -386,11 +386,12 @@ class Recovery:
 
 
 def refusal_of(exc: BaseException) -> errors.Refusal | None:
-    """The refusal a core call raised, with LeaseLost as `Unavailable` (a standby writes
-    nothing and answers UNAVAILABLE) and an unreachable Redis as `Unavailable`
-    (`redis_unavailable`)."""
+    """The refusal a core call raised, the one place that says it for the controller's API
+    layers: a refusal as it is, LeaseLost as `Unavailable` (a standby writes nothing and
+    answers UNAVAILABLE) and an unreachable Redis as `Unavailable` (`redis_unavailable`);
+    None for anything else (a fault: 500 / INTERNAL)."""
     if isinstance(exc, scripting.LeaseLost):
         return errors.Unavailable("not_leader", "this controller does not hold the lease")
     if isinstance(exc, errors.Refusal):
         return exc
-    return redis_link.refusal_of(exc)
+    return redis_link.unavailable() if redis_link.unreachable(exc) else None
