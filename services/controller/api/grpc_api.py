@@ -16,17 +16,14 @@ import grpc
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 
-from services.common import errors, logs, rpc, tls, tokens
+from services.common import errors, logs, rpc, tokens
 from services.controller import authorizing, policy, recovering, telemetry
 from services.controller import hub as hubs
-from services.controller.api import convert
+from services.controller.api import convert, forwarding
 from services.controller.state import keys, records, scripting
 
 SERVICE_NAME = "agentihooks.swarm.v2.Recovery"
 WATCH_BLOCK_MS = 1000
-FORWARDED_BY = "agentihooks-forwarded-by"
-"""Metadata a forwarded call carries (the forwarding replica's holder id): never forwarded twice."""
-FORWARD_TIMEOUT_S = 60.0
 _T = TypeVar("_T")
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("services.controller.api")
@@ -56,14 +53,8 @@ async def _core(swarm: str, call: Awaitable[_T]) -> _T:
 
 def _forwarded(response: Callable[[bytes], Any]) -> Callable[[F], F]:
     """Send a call that reached a replica without the swarm's lease on to the replica that
-    holds it, with the caller's own metadata (its credential is checked there again), and
-    answer with what the holder answered.
-
-    Forwarded once at most: a call already forwarded, or with no live holder to go to, is
-    answered UNAVAILABLE `not_leader` (saying where the holder answers when that is known); the
-    caller sends it again. Client-streaming methods forward the one message that counts
-    (`NotHolder.request`).
-    """
+    holds it (`forwarding`). Client-streaming methods forward the one message that counts
+    (`NotHolder.request`)."""
 
     def wrap(method: F) -> F:
         name = method.__name__
@@ -74,15 +65,11 @@ def _forwarded(response: Callable[[bytes], Any]) -> Callable[[F], F]:
                 return await method(self, request, context)
             except hubs.NotHolder as refusal:
                 sent = request if refusal.request is None else refusal.request
-                return await self._forward(name, response, refusal, sent, context)
+                return await self._channels.forward(name, response, refusal, sent, context)
 
         return call  # type: ignore[return-value]
 
     return wrap
-
-
-def _serialize(message: Any) -> bytes:
-    return bytes(message.SerializeToString())
 
 
 class RecoveryService(pb_grpc.RecoveryServicer):
@@ -90,58 +77,11 @@ class RecoveryService(pb_grpc.RecoveryServicer):
 
     def __init__(self, hub: hubs.Hub) -> None:
         self._hub = hub
-        self._peers: dict[str, grpc.aio.Channel] = {}
+        self._channels = forwarding.Channels(hub, SERVICE_NAME)
 
     async def aclose(self) -> None:
         """Close the channels to the other replicas."""
-        peers, self._peers = self._peers, {}
-        for channel in peers.values():
-            await channel.close()
-
-    async def _forward(
-        self,
-        name: str,
-        response: Callable[[bytes], Any],
-        refusal: hubs.NotHolder,
-        request: Any,
-        context: Context,
-    ) -> Any:
-        incoming = rpc.metadata(context)
-        if FORWARDED_BY in incoming:
-            raise refusal
-        peer = await self._hub.holder_elsewhere(refusal.swarm)
-        if peer is None or peer.grpc is None:
-            raise refusal
-        channel = self._peers.get(peer.grpc)
-        if channel is None:
-            channel = self._peers[peer.grpc] = tls.channel(peer.grpc, peer=True)
-        method = f"/{SERVICE_NAME}/{name}"
-        metadata = [(k, v) for k, v in incoming.items() if not k.startswith((":", "grpc-"))] + [
-            (FORWARDED_BY, self._hub.holder)
-        ]
-        try:
-            if isinstance(request, list):
-                stream = channel.stream_unary(
-                    method,
-                    request_serializer=_serialize,
-                    response_deserializer=response,
-                )
-                return await stream(iter(request), metadata=metadata, timeout=FORWARD_TIMEOUT_S)
-            unary = channel.unary_unary(
-                method, request_serializer=_serialize, response_deserializer=response
-            )
-            return await unary(request, metadata=metadata, timeout=FORWARD_TIMEOUT_S)
-        except grpc.aio.AioRpcError as error:
-            trailing = error.trailing_metadata() or ()
-            if not any(k == rpc.REASON_KEY for k, _ in trailing):
-                # The holder did not answer (gone, or not reachable from here).
-                raise hubs.NotHolder(
-                    refusal.swarm,
-                    f"this controller does not hold the lease of swarm {refusal.swarm}; its"
-                    f" holder at {peer.grpc} did not answer: try again",
-                ) from None
-            context.set_trailing_metadata(tuple((k, v) for k, v in trailing))
-            await context.abort(error.code(), error.details() or "")
+        await self._channels.aclose()
 
     def register(self, server: grpc.aio.Server) -> None:
         pb_grpc.add_RecoveryServicer_to_server(self, server)

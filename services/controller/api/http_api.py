@@ -16,13 +16,12 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-import aiohttp
 from aiohttp import web
 
 from services.common import addresses, directives, errors, logs, rpc, tls, tls_settings, tokens
 from services.controller import authorizing, metrics, policy, recovering
 from services.controller import hub as controller_hub
-from services.controller.api import pages
+from services.controller.api import forwarding, pages
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.http")
@@ -196,54 +195,15 @@ async def restore_decision(request: web.Request) -> web.Response:
     return _json({**result.decision.to_json(), "repeated": result.repeated})
 
 
-FORWARDED_BY: Final = "X-Agentihooks-Forwarded-By"
-"""The header a forwarded call carries (the forwarding replica's holder id)."""
-FORWARD_TIMEOUT: Final = aiohttp.ClientTimeout(total=60)
-
-
 async def _forward(request: web.Request, swarm: str) -> web.Response:
-    """Send a decision that reached a replica without the swarm's lease on to the replica
-    that holds it (its credential is checked there again) and answer with its answer; once at
-    most, else 503 `not_leader`."""
-    hub = request.app[HUB]
-    refusal = controller_hub.NotHolder(swarm)
-    peer = None if FORWARDED_BY in request.headers else await hub.holder_elsewhere(swarm)
-    if peer is None or peer.http is None:
-        raise refusal
-    headers = {
-        "Authorization": request.headers.get("Authorization", ""),
-        "Content-Type": request.headers.get("Content-Type", "application/json"),
-        FORWARDED_BY: hub.holder,
-    }
-    conf = tls_settings.from_environment()
-    context = tls.http_client_context(conf)
-    scheme = "http" if context is None else "https"
-    url = f"{scheme}://{peer.http}{request.rel_url.path}"
-    extra: dict[str, Any] = {}
-    if context is not None:
-        extra["ssl"] = context
-        if conf.peer_name:  # replicas advertise Pod IPs; their certificates name the Service
-            extra["server_hostname"] = conf.peer_name
-    try:
-        async with (
-            aiohttp.ClientSession(timeout=FORWARD_TIMEOUT) as session,
-            session.post(url, data=await request.read(), headers=headers, **extra) as answer,
-        ):
-            body = await answer.read()
-            return web.Response(
-                body=body,
-                status=answer.status,
-                headers={
-                    **_NO_STORE,
-                    "Content-Type": answer.headers.get("Content-Type", "application/json"),
-                },
-            )
-    except (aiohttp.ClientError, TimeoutError):
-        raise controller_hub.NotHolder(
-            swarm,
-            f"this controller does not hold the lease of swarm {swarm}; its holder at"
-            f" {peer.http} did not answer: try again",
-        ) from None
+    """Send a write that reached a replica without the swarm's lease on to the replica that
+    holds it (`forwarding`) and answer with its answer."""
+    relayed = await forwarding.http(request.app[HUB], request, swarm)
+    return web.Response(
+        body=relayed.body,
+        status=relayed.status,
+        headers={**_NO_STORE, "Content-Type": relayed.content_type},
+    )
 
 
 def _role(caller: records.Principal) -> str:
