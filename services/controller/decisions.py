@@ -14,7 +14,15 @@ import dataclasses
 import logging
 
 from services.common import errors, logs, redis_link
-from services.controller import authorizing, deciding, policy, replacing, telemetry
+from services.controller import (
+    admitting,
+    authorizing,
+    deciding,
+    policy,
+    releasing,
+    replacing,
+    telemetry,
+)
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.decisions")
@@ -137,10 +145,10 @@ async def choose(
     # The authority releases precede any replacement (the accept script checks them). The lost
     # attempt's Pod is the seat's worker's to remove, after it launched the replacement: a
     # decision call does no runtime call of its own beside that worker.
-    fence = await replacing.release_authority(ctx, fence)
+    fence = await releasing.release_authority(ctx, fence)
     found = await ctx.checkpoints.newest_compatible(fence.scope, ctx.worker_image)
     directive = deciding.plan_for(choice, fence, found)
-    admission = await replacing.admit(
+    admission = await admitting.admit(
         ctx,
         fence,
         choice=choice,

@@ -56,9 +56,12 @@ from collections.abc import Sequence
 
 from services.common import logs
 from services.controller import (
+    admitting,
     deciding,
     decisions,
+    launching,
     observations,
+    releasing,
     replacing,
     telemetry,
     witnessing,
@@ -170,7 +173,7 @@ class Reconciler:
         fence = reads.fence if reads is not None else None
         admission = None
         if reads is not None and fence is not None:
-            fence = await replacing.release_authority(self.ctx, fence)
+            fence = await releasing.release_authority(self.ctx, fence)
             if reads.decision is None:
                 admission = await self._decide(fence, reads, report)
             elif reads.decision.state is records.DecisionState.RECOVERY_PENDING and not (
@@ -208,14 +211,14 @@ class Reconciler:
             attempt = await reading.execution(self.client, self.swarm, current.current_execution_id)
         if attempt is not None:
             # The replacement first, then the lost attempt's Pod (one write records both).
-            launched, fence = await replacing.launch_replacing(
+            launched, fence = await launching.launch_replacing(
                 self.ctx, attempt, fence, seat=current, config=decided.config
             )
             if launched:
                 report.launched.append(attempt.execution_id)
                 attempt = dataclasses.replace(attempt, launched=True)
         elif fence is not None:
-            await replacing.remove_pod(self.ctx, fence)
+            await releasing.remove_pod(self.ctx, fence)
         if current.state is records.SeatState.RUNNING and attempt is not None and attempt.launched:
             await self.writer.settle(current)
 
@@ -292,7 +295,7 @@ class Reconciler:
 
     async def _decide(
         self, fence: records.Fence, reads: reading.FencedReads, report: observations.PassReport
-    ) -> replacing.Admission | None:
+    ) -> admitting.Admission | None:
         """Resume at once or wait for a choice; the admission when one was attempted."""
         config, held, paused = reads.config, reads.execution, reads.paused
         found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
@@ -305,7 +308,7 @@ class Reconciler:
         if plan.action is not deciding.Action.WAIT:
             assert plan.choice is not None and plan.directive is not None
             assert plan.source is not None
-            admission = await replacing.admit(
+            admission = await admitting.admit(
                 self.ctx,
                 fence,
                 choice=plan.choice,
@@ -371,5 +374,5 @@ class _Decided:
 
     seat: records.Seat | None
     fence: records.Fence | None
-    admission: replacing.Admission | None
+    admission: admitting.Admission | None
     config: records.SwarmConfig | None

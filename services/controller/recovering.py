@@ -30,6 +30,7 @@ from services.controller import (
     acknowledging,
     decisions,
     holding,
+    launch_records,
     observations,
     outcomes,
     reconciling,
@@ -334,9 +335,9 @@ class Recovery:
             final=final,
         )
 
-    async def launch_record(self, caller: records.Principal) -> replacing.LaunchRecord:
-        """The calling attempt's launch record (see `replacing.launch_record`)."""
-        return await replacing.launch_record(self.ctx, caller)
+    async def launch_record(self, caller: records.Principal) -> launch_records.LaunchRecord:
+        """The calling attempt's launch record (see `launch_records.launch_record`)."""
+        return await launch_records.launch_record(self.ctx, caller)
 
     async def current_offer(self, fence: records.Fence) -> records.Offer | None:
         """The offer of a fenced attempt under the controller's current compatibility key: what

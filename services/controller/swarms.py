@@ -20,7 +20,7 @@ import jsonschema
 import yaml
 
 from services.common import directives, errors, logs, tokens
-from services.controller import replacing
+from services.controller import launching, replacing
 from services.controller.state import keys, reading, records
 
 log = logging.getLogger("services.controller.swarms")
@@ -224,7 +224,7 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
 
     async def launch(execution: records.Execution) -> None:
         async with limit:
-            await replacing.launch_or_defer(
+            await launching.launch_or_defer(
                 ctx, execution, config=document.config, seat=seats_now.get(execution.seat)
             )
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 
 from services.common import logs
-from services.controller import replacing, telemetry, witnesses
+from services.controller import admitting, replacing, telemetry, witnesses
 from services.controller.pods import runtime as pods
 from services.controller.state import reading
 
@@ -54,7 +54,7 @@ async def restore(ctx: replacing.Context, attempt: pods.Attempt) -> str:
         return "known"
     fence = witnesses.replaced_fence(replacement)
     decision = witnesses.decision_fields(replacement)
-    recovery = replacing.task_recovery_accepted(fence, decision, replacement.directive, replacement)
+    recovery = admitting.task_recovery_accepted(fence, decision, replacement.directive, replacement)
     admitted = replacement.admission
     assert admitted is not None  # decoded witnesses always name their decision
     detail = telemetry.detail(

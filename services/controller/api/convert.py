@@ -12,7 +12,7 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import types_pb2
 
 from services.common import directives, errors
-from services.controller import replacing
+from services.controller import launch_records
 from services.controller.state import reading, records
 
 CONTINUITY_PB = {
@@ -147,7 +147,7 @@ def status(s: reading.SwarmStatus, runtime: str) -> pb.SwarmStatus:
     )
 
 
-def launch_record(r: replacing.LaunchRecord) -> pb.LaunchRecord:
+def launch_record(r: launch_records.LaunchRecord) -> pb.LaunchRecord:
     return pb.LaunchRecord(
         scope=types_pb2.AttemptScope(
             swarm=r.scope.swarm,

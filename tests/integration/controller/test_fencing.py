@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from services.common import errors, revocations, tokens
-from services.controller import replacing
+from services.controller import releasing
 from services.controller.state import keys, reading, records, writing
 from tests.integration.controller import harness as h
 from tests.integration.controller.harness import SWARM, first, second
@@ -152,7 +152,7 @@ async def test_authority_is_not_released_without_the_attempts_record(hx: h.Harne
     fence = await reading.fence(hx.client, SWARM, e1)
     assert fence is not None and fence.releases == ()
     with pytest.raises(errors.NotFound, match="no record"):
-        await replacing.release_authority(hx.recovery.ctx, fence)
+        await releasing.release_authority(hx.recovery.ctx, fence)
     assert [k async for k in hx.client.scan_iter(match=keys.revoked(SWARM, "*"))] == []
     assert await hx.recovery.writer.release(e1, [records.ReleaseKind.POD]) == "released"
 
