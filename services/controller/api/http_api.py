@@ -10,7 +10,6 @@ that must never reach a caller or a log.
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -18,10 +17,10 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from services.common import addresses, directives, errors, logs, rpc, tls, tls_settings, tokens
+from services.common import addresses, errors, logs, rpc, tls, tls_settings, tokens
 from services.controller import authorizing, metrics, policy, recovering
 from services.controller import hub as controller_hub
-from services.controller.api import forwarding, pages
+from services.controller.api import forwarding, pages, status_bodies
 from services.controller.state import keys, reading, records, scripting
 
 log = logging.getLogger("services.controller.http")
@@ -206,94 +205,13 @@ async def _forward(request: web.Request, swarm: str) -> web.Response:
     )
 
 
-def _role(caller: records.Principal) -> str:
-    """Who the caller is, as the pages need to know it: what it may do follows from it."""
-    if isinstance(caller, records.Operator):
-        return "operator"
-    return "master" if isinstance(caller, records.Master) else "worker"
-
-
-def status_json(
-    status: reading.SwarmStatus, runtime: str, caller: records.Principal
-) -> dict[str, Any]:
-    """The status in the shape of `agentihooks swarm NAME status --json`, plus each card's
-    fence time and restore refusal (the reason a replacement's restore stopped, if it did),
-    and who the caller is (`operator` or `master`: the ledger offers unpausing to the
-    operator only)."""
-    return {
-        "swarm": status.swarm,
-        "paused": status.paused,
-        "runtime": runtime,
-        "caller": _role(caller),
-        "tasks": [
-            {
-                "task_id": t.task_id,
-                "seat": t.seat,
-                "text": t.text,
-                "awaiting": t.awaiting,
-                "recovery": dict(t.recovery) if t.recovery is not None else None,
-            }
-            for t in status.tasks
-        ],
-        "seats": [
-            {
-                "seat": s.seat,
-                "execution_id": s.current_execution_id,
-                "generation": s.generation,
-                "state": s.state.value,
-            }
-            for s in status.seats
-        ],
-        "handoffs": [
-            {
-                "seat": c.seat,
-                "execution_id": c.execution_id,
-                "failure": c.failure,
-                "fenced_at": c.fenced_at,
-                "reason": c.reason,
-                "checkpoint": c.checkpoint or None,
-                "resume_available": c.resume_available,
-                "resume_label": c.resume_label,
-                "continuity": c.continuity,
-                "decision": c.decision,
-                "replacement_execution_id": c.replacement_execution_id or None,
-                "refusal": c.refusal,
-            }
-            for c in status.handoffs
-        ],
-        "restore_outcomes_by_type": dict(status.restore_outcomes_by_type),
-    }
-
-
 async def swarm_status(request: web.Request) -> web.Response:
     """`GET /v1/swarms/{swarm}/status`: tasks, seats and handoff cards (operator or master)."""
     swarm = request.match_info["swarm"]
     caller = await _authorized(request, swarm, policy.Action.READ)
     hub = request.app[HUB]
     status = await (await hub.recovery(swarm)).status()
-    return _json(status_json(status, hub.runtime_name, caller))
-
-
-CONTINUITY_COUNTED: Final = (
-    *(c.value for c in directives.Continuity),
-    reading.PENDING_CONTINUITY,
-)
-"""What the swarm panel counts seats by: each fenced seat's card's continuity."""
-
-
-def panel_row(status: reading.SwarmStatus) -> dict[str, Any]:
-    """A swarm in the swarm panel: paused or not, its seats counted by state, and by the
-    continuity their card shows (native, reconstructed, fresh, or pending until the
-    replacement reports; a seat never fenced has no card and is not counted there)."""
-    states = collections.Counter(s.state.value for s in status.seats)
-    continuity = collections.Counter(c.continuity for c in status.handoffs)
-    return {
-        "swarm": status.swarm,
-        "paused": status.paused,
-        "seats": len(status.seats),
-        "states": {state.value: states[state.value] for state in records.SeatState},
-        "continuity": {kind: continuity[kind] for kind in CONTINUITY_COUNTED},
-    }
+    return _json(status_bodies.status(status, hub.runtime_name, caller))
 
 
 async def swarm_panel(request: web.Request) -> web.Response:
@@ -311,8 +229,8 @@ async def swarm_panel(request: web.Request) -> web.Response:
             await _authorized(request, name, policy.Action.READ)
         except errors.ForbiddenScope:
             continue
-        rows.append(panel_row(await (await hub.recovery(name)).status()))
-    return _json({"caller": _role(caller), "swarms": rows})
+        rows.append(status_bodies.panel_row(await (await hub.recovery(name)).status()))
+    return _json({"caller": status_bodies.role(caller), "swarms": rows})
 
 
 async def unpause(request: web.Request) -> web.Response:
