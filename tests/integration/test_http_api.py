@@ -271,6 +271,31 @@ async def test_a_registered_master_chooses_as_its_own_agent(
     }
 
 
+async def test_a_decision_resolves_the_callers_credential_once(
+    served: Served, http: aiohttp.ClientSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 22: a decision over HTTP authenticates once: the master's credential is looked up
+    among the swarm's masters once for the whole call (before: the middleware and the route
+    each looked it up)."""
+    looked_up: list[str] = []
+    lookup = reading.master_for_token
+
+    async def counted(client: Any, swarm: str, token: str | None) -> records.Master | None:
+        looked_up.append(swarm)
+        return await lookup(client, swarm, token)
+
+    monkeypatch.setattr(reading, "master_for_token", counted)
+    status, body = await post_decision(
+        http,
+        served,
+        first("eng-3"),
+        {"choice": "fresh", "agent": "master@example-1"},
+        harness.MASTER_SECRET,
+    )
+    assert status == 200, body
+    assert looked_up == [SWARM]
+
+
 async def test_operator_agent_is_optional_and_fresh_names_no_checkpoint(
     served: Served, http: aiohttp.ClientSession
 ) -> None:
