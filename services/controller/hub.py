@@ -44,7 +44,7 @@ class NotHolder(errors.Unavailable):
 
 
 class Hub:
-    """Every swarm's `Recovery`, their loops, and who a caller is.
+    """Every swarm's `Recovery`, their loops, and who a caller is (`principals`).
 
     Args:
         client: Redis.
