@@ -786,7 +786,7 @@ def _newest_watermark(root: pathlib.Path, execution: str) -> int:
     newest: tuple[int, int] = (0, 0)
     for path in root.rglob(f"ckpt-{execution}-*.json"):
         sequence = int(path.stem.rpartition("-")[2])
-        record = json.loads(path.read_bytes())["record"]
+        record, _ = records.decode_manifest(path.read_bytes())
         watermark = int(record["transcript"]["watermark"])
         newest = max(newest, (sequence, watermark))
     return newest[1]
