@@ -301,7 +301,7 @@ async def test_the_runtime_says_whether_the_api_answers_and_logs_each_backoff_st
     async def told(available: bool) -> None:
         awaited.append(available)
 
-    caplog.set_level(logging.INFO, logger="services.controller.pods.kubernetes")
+    caplog.set_level(logging.INFO, logger="services.controller.pods.availability")
     async with runtime_of(k8s.api_client) as rt:
         assert rt.api_available is None
         rt.subscribe(heard.append)

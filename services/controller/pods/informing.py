@@ -2,110 +2,29 @@
 
 A client-go informer's store and handlers, without the I/O: `kubernetes.KubernetesRuntime` lists
 and watches (one Pod watch label-selected to the Pods it manages, one Node watch, shared by every
-swarm) and hands each list and event in here. `Informer` keeps the Pods by swarm and the Nodes by
-name, each cut down to what `classifying` reads, serves `list_attempts` from them once synced,
-and fans each change out to the subscribers of the swarm it concerns: a worker's own failure to
-that swarm's watches, a node going NotReady or away to the swarms with Pods on it.
+swarm) and hands each list and event in here (`feeds.Feed`). `Informer` keeps the Pods by swarm
+and the Nodes by name, each cut down to what `classifying` reads (`cached_bodies`), serves
+`list_attempts` from them once synced, and fans each change out to the subscribers
+(`wakes.Wake`) of the swarm it concerns: a worker's own failure to that swarm's watches, a node
+going NotReady or away to the swarms with Pods on it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
 import dataclasses
-import heapq
-import logging
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from services.controller.pods import classifying, runtime
-
-logger = logging.getLogger(__name__)
-
-MEMORY = 10_000
-"""Departed, removed and deleted attempts remembered (bounded: a pass outlives them)."""
+from services.controller.pods import attempts, cached_bodies, classifying, feeds, runtime, wakes
 
 PODS, NODES = "pods", "nodes"
 """The two watches, as the followers a subscriber waits for and as the API calls name them."""
 
-Key = tuple[str, str]
-"""(swarm, execution id) of an attempt."""
-
 _State = tuple[classifying.FailureReason | None, bool]
 _HEALTHY: _State = (None, False)
 """What the Pod watch assumes of a Pod it has not seen: no failure, not terminal."""
-
-# What `classifying` reads of a Pod (and `attempt_of` of its labels); the rest is not kept.
-_POD_METADATA = (
-    "name",
-    "namespace",
-    "uid",
-    "resourceVersion",
-    "labels",
-    "creationTimestamp",
-    "deletionTimestamp",
-)
-_POD_STATUS = (
-    "phase",
-    "reason",
-    "startTime",
-    "conditions",
-    "containerStatuses",
-    "initContainerStatuses",
-)
-
-
-class Sync:
-    """Whether one watch's cache may be read: listed, and its watch unbroken since.
-
-    Until its first list ends, and while it lists again after 410 Gone, readers wait for the
-    list (one list serves every swarm). While the watch is broken (dropped and not yet back, or
-    refused), `ready` says no and readers list for themselves, as without a watch: they see
-    what the API server says, errors included.
-    """
-
-    def __init__(self) -> None:
-        self.synced = False
-        """Listed once: a subscriber's first wake may come (what it missed, a pass reads)."""
-        self._live = False
-        self._settled = asyncio.Event()
-
-    def listed(self) -> None:
-        self.synced = self._live = True
-        self._settled.set()
-
-    def opened(self) -> None:
-        """The watch is streaming again from where the cache is."""
-        self._live = self.synced
-        self._settled.set()
-
-    def relisting(self) -> None:
-        self._live = False
-        self._settled.clear()
-
-    def broken(self) -> None:
-        self._live = False
-        self._settled.set()
-
-    async def ready(self) -> bool:
-        await self._settled.wait()
-        return self._live
-
-
-@dataclasses.dataclass(frozen=True)
-class Feed:
-    """Where one watch's lists, events and refusals go, and whether its cache may be read."""
-
-    sync: Sync
-    listed: Callable[[Iterable[Mapping[str, Any]], bool, float], None]
-    """A list of every object: its items, whether fresh (see `Informer.pods_listed`), and the
-    monotonic time it began."""
-    note: Callable[[str, Mapping[str, Any]], None]
-    """One ADDED / MODIFIED / DELETED event."""
-    fail: Callable[[runtime.PodsError], None]
-    """The watch was refused."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,16 +47,16 @@ class Informer:
         self,
         *,
         check_nodes: bool,
-        removed: Container[Key],
-        departed: collections.OrderedDict[Key, classifying.Pod],
+        removed: Container[attempts.Key],
+        departed: collections.OrderedDict[attempts.Key, classifying.Pod],
     ) -> None:
-        self.pods = Sync()
-        self.nodes = Sync() if check_nodes else None
-        self.pod_feed = Feed(self.pods, self.pods_listed, self.pod_event, self.fail)
+        self.pods = feeds.Sync()
+        self.nodes = feeds.Sync() if check_nodes else None
+        self.pod_feed = feeds.Feed(self.pods, self.pods_listed, self.pod_event, self.fail)
         self.node_feed = (
             None
             if self.nodes is None
-            else Feed(self.nodes, self.nodes_listed, self.node_event, self.fail)
+            else feeds.Feed(self.nodes, self.nodes_listed, self.node_event, self.fail)
         )
         self._removed = removed
         self._departed = departed
@@ -151,7 +70,7 @@ class Informer:
         # Pods this runtime created that the watch has not shown yet, by name.
         self._launched: dict[str, _Launch] = {}
         self._deleted: collections.OrderedDict[str, None] = collections.OrderedDict()  # uids
-        self._subscribers: dict[str, set[Wake]] = {}
+        self._subscribers: dict[str, set[wakes.Wake]] = {}
 
     # Readers.
 
@@ -182,10 +101,10 @@ class Informer:
 
     # Subscribers.
 
-    def subscribe(self, swarm: str) -> Wake:
+    def subscribe(self, swarm: str) -> wakes.Wake:
         """A new watch of the swarm: its first wake asks for a full pass, once every watch
         has listed."""
-        wake = Wake({PODS} if self.nodes is None else {PODS, NODES})
+        wake = wakes.Wake({PODS} if self.nodes is None else {PODS, NODES})
         self._subscribers.setdefault(swarm, set()).add(wake)
         if self.pods.synced:
             wake.started(PODS)
@@ -197,11 +116,11 @@ class Informer:
         wake.relist()
         return wake
 
-    def unsubscribe(self, swarm: str, wake: Wake) -> None:
-        wakes = self._subscribers.get(swarm)
-        if wakes is not None:
-            wakes.discard(wake)
-            if not wakes:
+    def unsubscribe(self, swarm: str, wake: wakes.Wake) -> None:
+        subscribed = self._subscribers.get(swarm)
+        if subscribed is not None:
+            subscribed.discard(wake)
+            if not subscribed:
                 del self._subscribers[swarm]
 
     def fail(self, error: runtime.PodsError) -> None:
@@ -222,7 +141,7 @@ class Informer:
     def launched(self, pod: Mapping[str, Any], at: float) -> None:
         """Keep a Pod the API server just created (its answer) until the watch shows it, so a
         pass in between does not count the attempt missing."""
-        trimmed = trim_pod(pod)
+        trimmed = cached_bodies.trim_pod(pod)
         meta = trimmed.get("metadata") or {}
         name, uid = meta.get("name"), meta.get("uid")
         swarm = (meta.get("labels") or {}).get(runtime.LABEL_SWARM)
@@ -244,7 +163,7 @@ class Informer:
         now = datetime.now(UTC)
         listed: set[str] = set()
         for item in items:
-            pod = trim_pod(item)
+            pod = cached_bodies.trim_pod(item)
             name = (pod.get("metadata") or {}).get("name")
             if not name:
                 continue
@@ -269,7 +188,7 @@ class Informer:
 
     def pod_event(self, kind: str, item: Mapping[str, Any]) -> None:
         """One ADDED / MODIFIED / DELETED event of the Pod watch."""
-        pod = trim_pod(item)
+        pod = cached_bodies.trim_pod(item)
         meta = pod.get("metadata") or {}
         name, uid = meta.get("name"), meta.get("uid")
         if not name:
@@ -281,13 +200,13 @@ class Informer:
             self._store(name, pod, announce=True, now=datetime.now(UTC))
             return
         if uid:
-            remember(self._deleted, uid, None)
+            attempts.remember(self._deleted, uid, None)
         self._forget(name)
-        key = key_of(pod)
+        key = attempts.key_of(pod)
         if key is None or key not in self._removed:
             # A Pod this runtime removed leaves nothing for a pass to do.
             if key is not None:
-                remember(self._departed, key, pod)
+                attempts.remember(self._departed, key, pod)
             for wake in self._wakes_of((meta.get("labels") or {}).get(runtime.LABEL_SWARM)):
                 wake.relist()
 
@@ -310,7 +229,10 @@ class Informer:
                 # Finished, recovered or stuck pulling (its node may yet say node_lost).
                 for wake in self._wakes_of(swarm):
                     wake.relist()
-            elif failure != before[0] and (attempt := attempt_of(pod, None, now)) is not None:
+            elif (
+                failure != before[0]
+                and (attempt := attempts.attempt_of(pod, None, now)) is not None
+            ):
                 # The worker's own status proves it: no Node can change this reason.
                 for wake in self._wakes_of(swarm):
                     wake.failed(attempt)
@@ -351,7 +273,7 @@ class Informer:
         before = {name: classifying.node_ready(node) for name, node in self._nodes.items()}
         self._nodes = {}
         for item in items:
-            node = trim_node(item)
+            node = cached_bodies.trim_node(item)
             if name := (node.get("metadata") or {}).get("name"):
                 self._nodes[name] = node
         if self.nodes.synced:
@@ -366,7 +288,7 @@ class Informer:
 
     def node_event(self, kind: str, item: Mapping[str, Any]) -> None:
         """One event of the Node watch: a node's readiness changed, or it is gone."""
-        node = trim_node(item)
+        node = cached_bodies.trim_node(item)
         name = (node.get("metadata") or {}).get("name")
         if not name:
             return
@@ -387,158 +309,11 @@ class Informer:
 
     # Fan-out.
 
-    def _wakes_of(self, swarm: str | None) -> list[Wake]:
+    def _wakes_of(self, swarm: str | None) -> list[wakes.Wake]:
         return list(self._subscribers.get(swarm, ())) if swarm else []
 
-    def _every_wake(self) -> list[Wake]:
-        return [wake for wakes in self._subscribers.values() for wake in wakes]
-
-
-class Wake:
-    """Coalesced wakes for one watch consumer, with timed wakes and a follower's fatal error.
-
-    No wake is given before every follower has listed once: a change in between would be in
-    neither the pass the first wake starts nor any event.
-    """
-
-    def __init__(self, followers: set[str]) -> None:
-        self._unlisted = set(followers)
-        self._event = asyncio.Event()
-        self._poke = asyncio.Event()
-        self._deadlines: list[datetime] = []
-        self._error: runtime.PodsError | None = None
-        self._closed = False
-        self._failed: dict[str, runtime.Attempt] = {}
-        self._relist = False
-
-    def relist(self) -> None:
-        self._relist = True
-        self._set()
-
-    def failed(self, attempt: runtime.Attempt) -> None:
-        self._failed[attempt.execution_id] = attempt
-        self._set()
-
-    def _set(self) -> None:
-        self._event.set()
-        self._poke.set()
-
-    def _take(self) -> runtime.Change:
-        change = runtime.Change(tuple(self._failed.values()), self._relist)
-        self._failed, self._relist = {}, False
-        return change
-
-    def started(self, follower: str) -> None:
-        self._unlisted.discard(follower)
-        self._poke.set()
-
-    def at(self, when: datetime) -> None:
-        heapq.heappush(self._deadlines, when)
-        self._poke.set()
-
-    def fail(self, error: runtime.PodsError) -> None:
-        self._error = error
-        self._set()
-
-    def close(self) -> None:
-        self._closed = True
-        self._set()
-
-    async def wait(self) -> runtime.Change | None:
-        """Wait for the next wake; None once the watch is closed."""
-        while True:
-            if self._error is not None:
-                raise self._error
-            if self._closed:
-                return None
-            if self._unlisted:
-                self._poke.clear()
-                await self._poke.wait()
-                continue
-            if self._event.is_set():
-                self._event.clear()
-                return self._take()
-            now = datetime.now(UTC)
-            if self._deadlines and self._deadlines[0] <= now:
-                while self._deadlines and self._deadlines[0] <= now:
-                    heapq.heappop(self._deadlines)
-                self._relist = True
-                return self._take()
-            timeout = (self._deadlines[0] - now).total_seconds() if self._deadlines else None
-            self._poke.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._poke.wait()
-
-
-def trim_pod(pod: Mapping[str, Any]) -> classifying.Pod:
-    """The part of a Pod that classification reads: identity, labels, node, status."""
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    node = (pod.get("spec") or {}).get("nodeName")
-    trimmed: dict[str, Any] = {
-        "metadata": {k: meta[k] for k in _POD_METADATA if k in meta},
-        "status": {k: status[k] for k in _POD_STATUS if k in status},
-    }
-    if node:
-        trimmed["spec"] = {"nodeName": node}
-    witness = (meta.get("annotations") or {}).get(runtime.ANNOTATION_DECISION)
-    if witness:
-        # Only the decision a replacement carries: what the controller writes back when Redis
-        # lost it.
-        trimmed["metadata"]["annotations"] = {runtime.ANNOTATION_DECISION: witness}
-    return cast(classifying.Pod, trimmed)
-
-
-def trim_node(node: Mapping[str, Any]) -> classifying.Node:
-    """The part of a Node that classification reads: its name and Ready condition."""
-    conditions = (node.get("status") or {}).get("conditions") or ()
-    trimmed = {
-        "metadata": {"name": (node.get("metadata") or {}).get("name")},
-        "status": {"conditions": [c for c in conditions if c.get("type") == "Ready"]},
-    }
-    return cast(classifying.Node, trimmed)
-
-
-def attempt_of(
-    pod: classifying.Pod, nodes: Mapping[str, classifying.Node] | None, now: datetime
-) -> runtime.Attempt | None:
-    """The attempt a worker Pod runs, classified; None for a Pod without complete labels."""
-    labels = pod.get("metadata", {}).get("labels") or {}
-    try:
-        return runtime.Attempt(
-            swarm=labels[runtime.LABEL_SWARM],
-            seat=labels[runtime.LABEL_SEAT],
-            execution_id=labels[runtime.LABEL_EXECUTION],
-            generation=int(labels[runtime.LABEL_GENERATION]),
-            failure=classifying.classify(pod, nodes, now),
-            alive=not classifying.is_terminal(pod),
-            witness=(pod.get("metadata", {}).get("annotations") or {}).get(
-                runtime.ANNOTATION_DECISION
-            ),
-        )
-    except (KeyError, ValueError):
-        # Not one of ours after all (someone copied the managed-by label): not an attempt.
-        logger.warning("ignoring Pod %s: its attempt labels are incomplete", name_of(pod))
-        return None
-
-
-def key_of(pod: classifying.Pod) -> Key | None:
-    labels = pod.get("metadata", {}).get("labels") or {}
-    swarm, execution = labels.get(runtime.LABEL_SWARM), labels.get(runtime.LABEL_EXECUTION)
-    return (swarm, execution) if swarm and execution else None
-
-
-def name_of(pod: classifying.Pod) -> str:
-    return pod.get("metadata", {}).get("name", "?")
-
-
-def remember(memory: collections.OrderedDict[Any, Any], key: Any, value: Any) -> None:
-    """Keep `key` in a bounded memory, newest last (the oldest of `MEMORY` goes)."""
-    memory[key] = value
-    memory.move_to_end(key)
-    while len(memory) > MEMORY:
-        memory.popitem(last=False)
+    def _every_wake(self) -> list[wakes.Wake]:
+        return [wake for subscribed in self._subscribers.values() for wake in subscribed]
 
 
 def _discard(index: dict[str, dict[str, Any]], outer: str, inner: str) -> None:

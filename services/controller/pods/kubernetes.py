@@ -3,22 +3,15 @@
 Every call passes ``_preload_content=False`` and parses the body itself (orjson):
 turning 10,000 Pods into client model objects costs 7-10 times the parse. With
 ``_preload_content=False`` the client raises nothing for an error status, so `_request` checks
-the status itself and maps every failure onto `runtime.PodsError` (the only place that knows
-Kubernetes error shapes).
+the status itself and maps every failure onto `runtime.PodsError` (`api_errors`). The only
+module that imports the Kubernetes client, with `recording` for Events.
 
-One Pod watch and one Node watch per runtime. The first `watch` starts them, client-go reflector
-style: list (the Pod list label-selected to the Pods this controller manages), then watch from
-the list's resourceVersion; list again on 410 Gone and every resync period; watch again after a
-drop, with a backoff. They feed `informing.Informer`, which fans each change out to the watches
-of the swarms it concerns and serves `list_attempts` from its cache once synced, so a pass costs
-no API call. The two watches have a connection pool of their own (see `_inform`): calls never
-wait for a connection a watch holds.
-
-Whether the API answers is a state (`KubernetesRuntime.api_available`, followed with
-`subscribe`): every answer and every failure to get one sets it. While it does not answer, the
-watches wait with a backoff they share and log one JSON line per step
-(``kubernetes_unavailable``, with the API's host:port and the exception's type, never a
-credential), and one line when it answers again (``kubernetes_available``).
+One Pod watch and one Node watch per runtime. The first `watch` starts them (`watching`: list,
+then watch, client-go reflector style). They feed `informing.Informer`, which fans each change
+out to the watches of the swarms it concerns and serves `list_attempts` from its cache once
+synced, so a pass costs no API call. The two watches have a connection pool of their own (see
+`_inform`): calls never wait for a connection a watch holds. Whether the API answers is a
+state every call and watch sets (`availability`).
 """
 
 from __future__ import annotations
@@ -27,15 +20,8 @@ import asyncio
 import collections
 import contextlib
 import copy
-import dataclasses
-import gc
-import json
-import logging
-import math
 import time
-import urllib.parse
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import aiohttp
@@ -45,21 +31,21 @@ import yarl
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
-from services.common import logs, waiting
 from services.controller.pods import (
+    api_errors,
+    attempts,
+    availability,
     classifying,
     event_bodies,
+    feeds,
     informing,
     notices,
     recording,
     runtime,
     templates,
+    watching,
 )
 
-logger = logging.getLogger(__name__)
-
-_TEMPORARY = frozenset({0, 429, 500, 502, 503, 504})
-_CLASSIFY_SLICE = 100  # Pods classified between two yields to the event loop
 _MANAGED = f"{runtime.LABEL_MANAGED_BY}={runtime.MANAGED_BY}"
 _T = TypeVar("_T")
 _U = TypeVar("_U")
@@ -159,23 +145,22 @@ class KubernetesRuntime:
         self._worker_env = dict(worker_env or {})
         self._check_nodes = check_nodes
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
-        self._watch_timeout = watch_timeout
-        self._resync_period = resync_period
         # Final states of Pods the cluster deleted under us (an eviction, the Pod GC), seen on the
         # watch: once deleted they no longer list, and the reason would be lost.
-        self._departed: collections.OrderedDict[informing.Key, classifying.Pod] = (
+        self._departed: collections.OrderedDict[attempts.Key, classifying.Pod] = (
             collections.OrderedDict()
         )
         # Attempts removed here, with their Pod's uid when known (their Events still name it).
-        self._removed: collections.OrderedDict[informing.Key, str | None] = (
-            collections.OrderedDict()
-        )
+        self._removed: collections.OrderedDict[attempts.Key, str | None] = collections.OrderedDict()
         self._informer: informing.Informer | None = None
         self._watch_client: client.ApiClient | None = None
         self._reflectors: list[asyncio.Task[None]] = []
-        self._health = _Health(_address(api_client.configuration.host))
+        self._health = availability.Health(availability.address(api_client.configuration.host))
         self._recorder = recording.EventRecorder(
             api_client, namespace, self._pod_ref, timeout_s=events_timeout
+        )
+        self._reflector = watching.Reflector(
+            self._request, self._health, resync_period, watch_timeout
         )
         self._closed = False
 
@@ -202,30 +187,13 @@ class KubernetesRuntime:
         """
         informer = self._informer
         if informer is not None and await informer.ready():
-            attempts = await self._classify(swarm, informer.pods_of(swarm), informer.node_map())
-        else:
-            attempts = await self._list(swarm)
-        listed = {a.execution_id for a in attempts}
-        now = datetime.now(UTC)
-        for (owner, execution), pod in list(self._departed.items()):
-            attempt = (
-                informing.attempt_of(pod, None, now)
-                if owner == swarm and execution not in listed
-                else None
+            found = await attempts.classified(
+                swarm, informer.pods_of(swarm), informer.node_map(), self._removed
             )
-            if attempt is not None:
-                # Deleted with neither a Succeeded phase nor a recorded cause: it did not finish,
-                # and "any other" failure is application_exit.
-                succeeded = (pod.get("status") or {}).get("phase") == "Succeeded"
-                failure = attempt.failure or (
-                    None if succeeded else classifying.FailureReason.APPLICATION_EXIT
-                )
-                # Departed: the Pod is gone and only its last state is remembered, so the pass
-                # treats the attempt as missing (a held replacement is then relaunched).
-                attempts.append(
-                    dataclasses.replace(attempt, failure=failure, alive=False, departed=True)
-                )
-        return attempts
+        else:
+            found = await self._list(swarm)
+        found.extend(attempts.departed(swarm, self._departed, found))
+        return found
 
     async def _list(self, swarm: str) -> list[runtime.Attempt]:
         """The swarm's attempts as the API server lists them now."""
@@ -242,35 +210,15 @@ class KubernetesRuntime:
             )
         else:
             _, pods_body = await pods_call
-        with _collector_paused():
+        with watching.collector_paused():
             nodes: dict[str, classifying.Node] | None = None
             if nodes_body is not None:
                 nodes = {n["metadata"]["name"]: n for n in orjson.loads(nodes_body)["items"]}
             items = orjson.loads(pods_body)["items"]
             del pods_body
-            attempts = await self._classify(swarm, items, nodes)
+            found = await attempts.classified(swarm, items, nodes, self._removed)
             del items, nodes  # the parsed objects go while the collector is paused (see there)
-        return attempts
-
-    async def _classify(
-        self,
-        swarm: str,
-        pods: list[classifying.Pod],
-        nodes: Mapping[str, classifying.Node] | None,
-    ) -> list[runtime.Attempt]:
-        now = datetime.now(UTC)
-        attempts = []
-        for start in range(0, len(pods), _CLASSIFY_SLICE):
-            # Other tasks (a recovery from the watch, an API call) get the loop between
-            # slices: a large list is not one long stall.
-            await asyncio.sleep(0)
-            for pod in pods[start : start + _CLASSIFY_SLICE]:
-                attempt = informing.attempt_of(pod, nodes, now)
-                # A removed attempt whose Pod a finalizer keeps Terminating is removed all the
-                # same.
-                if attempt is not None and (swarm, attempt.execution_id) not in self._removed:
-                    attempts.append(attempt)
-        return attempts
+        return found
 
     async def watch(self, swarm: str) -> AsyncIterator[runtime.Change]:
         """Wake on any change of a worker's failure or liveness, or of its node's readiness.
@@ -365,7 +313,7 @@ class KubernetesRuntime:
     async def remove(self, swarm: str, execution_id: str) -> None:
         """Delete the attempt's Pod (no grace: the fence already took its authority) and Secret."""
         key = (swarm, execution_id)
-        informing.remember(self._removed, key, self._pod_ref(swarm, execution_id).uid)
+        attempts.remember(self._removed, key, self._pod_ref(swarm, execution_id).uid)
         self._departed.pop(key, None)
         options = Body(gracePeriodSeconds=0, propagationPolicy="Background")
         await _both(
@@ -462,140 +410,17 @@ class KubernetesRuntime:
     async def _follow(
         self,
         what: str,
-        feed: informing.Feed,
+        feed: feeds.Feed,
         list_method: Callable[..., Awaitable[Any]],
         *args: Any,
         **kwargs: Any,
     ) -> None:
-        """List, then watch from the list's resourceVersion; list again when it is Gone (410)
-        and every resync period; watch again after a drop, after a backoff (shared by both
-        watches while the API does not answer). The watch is the same API method on the
-        watches' own client."""
+        """Follow one shared watch (`watching.Reflector.follow`). The watch is the same API
+        method on the watches' own client."""
         assert self._watch_client is not None
-        watching = type(self._core)(self._watch_client)  # the same API, on the watches' pool
-        watch_method = getattr(watching, list_method.__name__)
-        sync = feed.sync
-        loop = asyncio.get_running_loop()
-        cursor = _Cursor()
-        backoff = _backoff()
-        resync_at = loop.time()
-        while True:
-            try:
-                if cursor.version is None or loop.time() >= resync_at:
-                    began = time.monotonic()
-                    _, body = await self._request(f"list {what}", list_method, *args, **kwargs)
-                    with _collector_paused():
-                        data = orjson.loads(body)
-                        del body
-                        version = data["metadata"]["resourceVersion"]
-                        # Fresh unless the watch ran unbroken up to this list (a resync).
-                        feed.listed(data["items"], cursor.version is None, began)
-                        del data
-                    cursor.version = version
-                    sync.listed()
-                    resync_at = loop.time() + self._resync_period
-                await self._stream(
-                    what, watch_method, args, kwargs, cursor, feed, resync_at - loop.time()
-                )
-                backoff.reset()
-            except _Gone:
-                logger.info("watch of %s expired; listing again", what)
-                cursor.version = None
-                sync.relisting()
-            except _Dropped as exc:
-                # Cut mid-stream: nothing says the API is down (the next connect will tell).
-                logger.info("watch of %s dropped (%s); watching again", what, exc)
-                sync.broken()
-                await backoff.sleep()
-            except runtime.PodsUnavailable as exc:
-                sync.broken()
-                await self._health.step(what, exc)
-            except (runtime.PodsRefused, ValueError, KeyError, TypeError) as exc:
-                # Refused, or a body that is not the JSON Kubernetes sends: every subscriber's
-                # watch says so rather than hang, and this one lists again after a backoff.
-                error = (
-                    exc
-                    if isinstance(exc, runtime.PodsRefused)
-                    else runtime.PodsRefused(f"watch {what}: malformed response ({exc!r:.80})")
-                )
-                logger.warning("watch of %s refused: %s", what, error)
-                cursor.version = None
-                sync.broken()
-                feed.fail(error)
-                await backoff.sleep()
-            except Exception as exc:
-                # A surprise (a bug): the cache is not trusted until a list succeeds again.
-                logs.event(
-                    logger,
-                    "kubernetes_watch_failed",
-                    logging.ERROR,
-                    watch=what,
-                    exception=type(exc).__name__,
-                )
-                cursor.version = None
-                sync.broken()
-                await backoff.sleep()
-
-    async def _stream(
-        self,
-        what: str,
-        method: Callable[..., Awaitable[Any]],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        cursor: _Cursor,
-        feed: informing.Feed,
-        seconds: float,
-    ) -> None:
-        """Read one watch until the server ends it (at most `seconds` on), moving the cursor
-        past each event."""
-        timeout = max(1, min(self._watch_timeout, math.ceil(seconds)))
-        try:
-            response = await method(
-                *args,
-                **kwargs,
-                watch=True,
-                resource_version=cursor.version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout,
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(sock_connect=30, sock_read=timeout + 30),
-            )
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            self._health.lost()
-            raise _unreachable(f"watch {what}", exc) from exc
-        self._heard(response.status)
-        # A backstop for a server that keeps a busy watch open past its timeoutSeconds: the
-        # resync is due then.
-        backstop = asyncio.timeout(timeout + 30)
-        try:
-            if response.status == 410:
-                raise _Gone
-            if response.status >= 300:
-                raise _error(f"watch {what}", response.status, await response.read(), response)
-            feed.sync.opened()
-            async with backstop:
-                while line := await response.content.readline():
-                    if not line.strip():
-                        continue  # a keep-alive newline, not an event
-                    event = orjson.loads(line)
-                    kind, obj = event.get("type"), event.get("object") or {}
-                    if kind == "ERROR":
-                        if obj.get("code") == 410:
-                            raise _Gone
-                        raise _error(
-                            f"watch {what}", int(obj.get("code") or 0), json.dumps(obj), None
-                        )
-                    if kind != "BOOKMARK":
-                        feed.note(kind, obj)
-                    cursor.version = (obj.get("metadata") or {}).get(
-                        "resourceVersion"
-                    ) or cursor.version
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            if backstop.expired():
-                return
-            raise _Dropped(type(exc).__name__) from exc
-        finally:
-            response.close()
+        watching_api = type(self._core)(self._watch_client)  # the same API, on the watches' pool
+        watch_method = getattr(watching_api, list_method.__name__)
+        await self._reflector.follow(what, feed, list_method, watch_method, *args, **kwargs)
 
     async def _request(
         self,
@@ -620,124 +445,18 @@ class KubernetesRuntime:
             finally:
                 response.release()
         except exceptions.ApiException as exc:
-            self._heard(exc.status or 0)
-            raise _error(what, exc.status or 0, b"" if quiet else exc.body, None) from None
+            self._health.heard(exc.status or 0)
+            raise api_errors.error(
+                what, exc.status or 0, b"" if quiet else exc.body, None
+            ) from None
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             self._health.lost()
-            raise _unreachable(what, exc) from exc
+            raise api_errors.unreachable(what, exc) from exc
         status = int(response.status)
-        self._heard(status)
+        self._health.heard(status)
         if status >= 300 and status not in tolerate:
-            raise _error(what, status, b"" if quiet else body, response)
+            raise api_errors.error(what, status, b"" if quiet else body, response)
         return status, body
-
-    def _heard(self, status: int) -> None:
-        """What one answer says of the API: a temporary error status is as good as none."""
-        if status in _TEMPORARY:
-            self._health.lost()
-        else:
-            self._health.answered()
-
-
-class _Gone(Exception):
-    """The watch's resourceVersion is too old (410): list again."""
-
-
-class _Dropped(Exception):
-    """An open watch was cut mid-stream (the connection, not an answer): watch again."""
-
-
-class _Cursor:
-    """Where a watch has read up to (None: list first)."""
-
-    def __init__(self) -> None:
-        self.version: str | None = None
-
-
-def _backoff() -> waiting.Backoff:
-    """Jittered waits from 0.2 s, doubling up to 10 s (many controllers do not retry in step)."""
-    return waiting.Backoff(0.2, 10.0, jitter=0.5)
-
-
-class _Health:
-    """Whether the Kubernetes API answers, as the runtime's calls and watches find it.
-
-    Subscribers are told each change by one task at a time, in order, and always end with
-    the state now. While the API does not answer, the watches take backoff steps together: a
-    watch that fails during another's step waits for its end, unlogged, so each step is one
-    log line.
-    """
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.state: bool | None = None
-        self.subscribers: list[runtime.AvailabilitySubscriber] = []
-        self._told: bool | None = None
-        self._telling: set[asyncio.Task[None]] = set()
-        self._lock = asyncio.Lock()
-        self._backoff = _backoff()
-        self._attempt = 0
-        self._since = 0.0
-        self._step_ends = 0.0
-
-    def answered(self) -> None:
-        if self.state is True:
-            return
-        after: dict[str, Any] = {}
-        if self._attempt:
-            after = {
-                "attempts": self._attempt,
-                "unavailable_s": round(time.monotonic() - self._since, 1),
-            }
-        self._attempt, self._step_ends = 0, 0.0
-        self._backoff.reset()
-        logs.event(logger, "kubernetes_available", address=self.address, **after)
-        self._set(True)
-
-    def lost(self) -> None:
-        if self.state is not False:
-            self._since = time.monotonic()
-            self._set(False)
-
-    async def step(self, watch: str, error: runtime.PodsUnavailable) -> None:
-        """One backoff step after the `watch` (its list or its watch) found the API
-        unavailable (`error`)."""
-        loop = asyncio.get_running_loop()
-        if loop.time() < self._step_ends:
-            await asyncio.sleep(self._step_ends - loop.time())
-            return
-        self.lost()
-        self._attempt += 1
-        delay = error.retry_after if error.retry_after is not None else self._backoff.next()
-        self._step_ends = loop.time() + delay
-        logs.event(
-            logger,
-            "kubernetes_unavailable",
-            logging.WARNING,
-            address=self.address,
-            watch=watch,
-            attempt=self._attempt,
-            retry_in_s=delay,
-            exception=type(error.__cause__ or error).__name__,
-            **({"code": error.code} if error.code else {}),
-        )
-        await asyncio.sleep(delay)
-
-    def _set(self, state: bool) -> None:
-        self.state = state
-        task = asyncio.get_running_loop().create_task(self._tell(), name="kubernetes-health")
-        self._telling.add(task)
-        task.add_done_callback(self._telling.discard)
-
-    async def _tell(self) -> None:
-        async with self._lock:
-            while self.state is not None and self._told is not self.state:
-                state = self._told = self.state
-                await waiting.tell(self.subscribers, state, logger, "kubernetes_subscriber_failed")
-
-    async def aclose(self) -> None:
-        """Let the subscribers hear the last change."""
-        await asyncio.gather(*self._telling, return_exceptions=True)
 
 
 async def _both(first: Awaitable[_T], second: Awaitable[_U]) -> tuple[_T, _U]:
@@ -751,62 +470,5 @@ async def _both(first: Awaitable[_T], second: Awaitable[_U]) -> tuple[_T, _U]:
         await asyncio.gather(one, two, return_exceptions=True)
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a large list is parsed and read.
-
-    A list of thousands of Pods is hundreds of thousands of dicts, lists and strings. Each
-    allocation counts towards a collection, and the collections find nothing (parsed JSON holds
-    no cycles; reference counting frees it) but walk all of it, doubling the time the event
-    loop spends on a list. Freed inside the pause, the objects leave no count behind. Other
-    tasks may run while it is paused (a list is classified in slices); for those moments their
-    garbage waits for the next collection, which costs nothing but a little memory.
-    """
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 def _selector(swarm: str) -> str:
     return f"{runtime.LABEL_MANAGED_BY}={runtime.MANAGED_BY},{runtime.LABEL_SWARM}={swarm}"
-
-
-def _address(host: str) -> str:
-    """The API's host:port from the client's URL (nothing else of it: no credential)."""
-    parts = urllib.parse.urlsplit(host)
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        port = 0
-    name = parts.hostname or "?"
-    return f"[{name}]:{port}" if ":" in name else f"{name}:{port}"
-
-
-def _unreachable(what: str, exc: BaseException) -> runtime.PodsUnavailable:
-    return runtime.PodsUnavailable(
-        f"{what}: the Kubernetes API is unreachable ({type(exc).__name__})"
-    )
-
-
-def _error(what: str, status: int, body: bytes | str | None, response: Any) -> runtime.PodsError:
-    """Map an API status (and its Status body) onto the runtime's errors."""
-    reason, message = "", ""
-    try:
-        parsed = json.loads(body or b"{}")
-        if isinstance(parsed, dict):
-            reason, message = str(parsed.get("reason") or ""), str(parsed.get("message") or "")
-    except ValueError:
-        pass
-    text = f"{what}: {status} {reason}".rstrip() + (f": {message}" if message else "")
-    if status in _TEMPORARY:
-        retry_after = None
-        header = response.headers.get("Retry-After") if response is not None else None
-        if header and header.isdigit():
-            retry_after = float(header)
-        return runtime.PodsUnavailable(text, code=status, retry_after=retry_after)
-    return runtime.PodsRefused(text, code=status)
