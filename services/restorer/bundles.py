@@ -25,14 +25,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 from services.common.checkpoints import chained_records
-from services.restorer import source
+from services.restorer import git_commands, source_records
 
 Bundle = chained_records.Bundle
 
 
 async def extend(
     worktree: pathlib.Path,
-    captured: source.SourceCapture,
+    captured: source_records.SourceCapture,
     previous_base: str | None,
     previous: Sequence[Bundle],
     *,
@@ -52,9 +52,9 @@ async def extend(
         no commit the chain lacks).
 
     Raises:
-        source.SourceError: git could not read the history or write a bundle.
+        source_records.SourceError: git could not read the history or write a bundle.
     """
-    env = source.git_environment(extra_env)
+    env = git_commands.git_environment(extra_env)
     head, base = captured.head_commit, captured.base_commit
     # A root base is in the first bundle itself, so it is excluded only through the tips.
     floor = [] if captured.rooted else [base]
@@ -99,7 +99,7 @@ async def _present(worktree: pathlib.Path, commits: Sequence[str], env: Mapping[
     if not commits:
         return True
     query = "".join(f"{commit}^{{commit}}\n" for commit in commits).encode("ascii")
-    code, out = await source.run_git(
+    code, out = await git_commands.run_git(
         ["cat-file", "--batch-check"], cwd=worktree, env=env, stdin=query
     )
     lines = out.decode("ascii", errors="replace").splitlines()
@@ -108,11 +108,11 @@ async def _present(worktree: pathlib.Path, commits: Sequence[str], env: Mapping[
 
 async def _brings(worktree: pathlib.Path, excluded: Sequence[str], env: Mapping[str, str]) -> bool:
     """Whether HEAD holds a commit none of `excluded` reaches (else a bundle would be empty)."""
-    code, out = await source.run_git(
+    code, out = await git_commands.run_git(
         ["rev-list", "--count", "--stdin"], cwd=worktree, env=env, stdin=_revisions(excluded)
     )
     if code != 0:
-        raise source.SourceError("source: history could not be read")
+        raise source_records.SourceError("source: history could not be read")
     return out.strip() not in (b"", b"0")
 
 
@@ -120,12 +120,12 @@ async def _bundle(worktree: pathlib.Path, excluded: Sequence[str], env: Mapping[
     """A bundle of HEAD without what `excluded` reaches (those are its prerequisites)."""
     with tempfile.TemporaryDirectory(prefix="agentihooks-capture-") as scratch:
         target = pathlib.Path(scratch) / "source.bundle"
-        code, _ = await source.run_git(
+        code, _ = await git_commands.run_git(
             ["bundle", "create", "--quiet", str(target), "--stdin"],
             cwd=worktree,
             env=env,
             stdin=_revisions(excluded),
         )
         if code != 0:
-            raise source.SourceError("source: bundle could not be created")
+            raise source_records.SourceError("source: bundle could not be created")
         return target.read_bytes()

@@ -8,7 +8,7 @@ the scratch clone's `.git` is moved into the worktree and the source is applied 
 exactly as if `source.apply` had cloned it itself; a refused or abandoned restore removes the
 scratch clone.
 
-Git runs in `source.git_environment()` (no user or system configuration, no prompts) with
+Git runs in `git_commands.git_environment()` (no user or system configuration, no prompts) with
 hooks off and `ext::` transports refused.
 """
 
@@ -22,7 +22,7 @@ import secrets
 import shutil
 import signal
 
-from services.restorer import source
+from services.restorer import git_commands
 
 _REMOVE_TRIES = 20
 _REMOVE_PAUSE_S = 0.05
@@ -61,7 +61,7 @@ async def clone(target: pathlib.Path, repository: str, *, checkout: bool = True)
         asyncio.create_subprocess_exec(
             *args,
             cwd=target.parent,
-            env=source.git_environment(),
+            env=git_commands.git_environment(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
