@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from services.common import qualified_versions
-from services.restorer.harness import base
+from services.restorer.harness import versions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,4 +59,4 @@ class Verdict:
 def numeric(version: str) -> str:
     """The dotted numbers a version starts with, as the setting names it (`0.171.0-rc.1`:
     `0.171.0`)."""
-    return ".".join(str(part) for part in base.version_components(version))
+    return ".".join(str(part) for part in versions.version_components(version))

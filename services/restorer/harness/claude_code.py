@@ -44,7 +44,7 @@ import stat
 from collections.abc import Mapping, Sequence
 
 from services.restorer import paths, transcripts
-from services.restorer.harness import base
+from services.restorer.harness import base, claude_code_flags, commands, homes, versions
 
 NAME = "claude_code"
 CONFIG_DIR_VARIABLE = "CLAUDE_CONFIG_DIR"
@@ -53,90 +53,6 @@ EXECUTABLE = "claude"
 CONFIG_FILE = ".claude.json"
 _PROJECTS = (".claude", "projects")
 _MAX_KEY = 200
-
-FLAGS = base.FlagTable(
-    # Every value-taking option of the real `claude --help` of the qualified versions (2.1.112
-    # to 2.1.332; a test reads each pinned CLI's help and fails on one missing here), plus the
-    # hidden ones older builds documented. Commander gives `<value...>` options every following
-    # word up to the next option; `<value>` takes one word, even when repeatable (`--plugin-dir
-    # A --plugin-dir B`); `[value]` takes the next word unless it is an option.
-    takes_value=frozenset(
-        {
-            "--agent",
-            "--agents",
-            "--append-system-prompt",
-            "--append-system-prompt-file",
-            "--autocompact",
-            "--debug-file",
-            "--effort",
-            "--environment",
-            "--fallback-model",
-            "--input-format",
-            "--json-schema",
-            "--max-budget-usd",
-            "--max-turns",
-            "--model",
-            "-n",
-            "--name",
-            "--output-format",
-            "--permission-mode",
-            "--permission-prompt-tool",
-            "--permission-prompts",
-            "--plugin-dir",
-            "--plugin-url",
-            "--remote-control-session-name-prefix",
-            "--session-id",
-            "--setting-sources",
-            "--settings",
-            "--system-prompt",
-            "--system-prompt-file",
-            "--system-prompt-snapshot",
-        }
-    ),
-    variadic=frozenset(
-        {
-            "--add-dir",
-            "--allowedTools",
-            "--allowed-tools",
-            "--betas",
-            "--disallowedTools",
-            "--disallowed-tools",
-            "--file",
-            "--mcp-config",
-            "--tools",
-        }
-    ),
-    optional_value=frozenset(
-        {
-            "-d",
-            "--debug",
-            "-r",
-            "--resume",
-            "--from-pr",
-            "--cloud",
-            "--prompt-suggestions",
-            "--remote-control",
-            "--teleport",
-            "-w",
-            "--worktree",
-        }
-    ),
-    # A resumed or re-prompted conversation must not also continue, fork or pin another one,
-    # nor open a remote or cloud session in its place.
-    dropped=frozenset(
-        {
-            "-c",
-            "--continue",
-            "-r",
-            "--resume",
-            "--session-id",
-            "--fork-session",
-            "--from-pr",
-            "--teleport",
-            "--cloud",
-        }
-    ),
-)
 
 
 def project_key(cwd: str | os.PathLike[str]) -> str:
@@ -189,7 +105,7 @@ def _layout(files: Sequence[base.SessionFile]) -> tuple[str, list[tuple[base.Ses
         if len(below) == 1 and below[0].endswith(".jsonl"):
             if session_id is not None:
                 raise base.HarnessError("harness: session files hold more than one session")
-            session_id = base.check_session_id(below[0].removesuffix(".jsonl"))
+            session_id = homes.check_session_id(below[0].removesuffix(".jsonl"))
         placed.append((item, "/".join(below)))
     if session_id is None:
         raise base.HarnessError("harness: session files hold no session")
@@ -200,7 +116,7 @@ def _layout(files: Sequence[base.SessionFile]) -> tuple[str, list[tuple[base.Ses
     return session_id, placed
 
 
-def _input_format(parsed: base.ParsedCommand) -> str | None:
+def _input_format(parsed: commands.ParsedCommand) -> str | None:
     """The value of the command's last `--input-format`, or None when it has none."""
     found: str | None = None
     for token in parsed.tokens:
@@ -226,16 +142,16 @@ class ClaudeCode:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else dict(environ)
-        self.qualified_versions = base.qualified_versions(NAME, QUALIFIED, self._environ)
+        self.qualified_versions = versions.qualified_versions(NAME, QUALIFIED, self._environ)
 
-    def _config(self, home: pathlib.Path) -> base.ConfigHome:
-        return base.config_home(pathlib.Path(home), self._environ, CONFIG_DIR_VARIABLE, ".claude")
+    def _config(self, home: pathlib.Path) -> homes.ConfigHome:
+        return homes.config_home(pathlib.Path(home), self._environ, CONFIG_DIR_VARIABLE, ".claude")
 
     def qualifies(self, version: str) -> bool:
-        return base.qualifies_any(version, self.qualified_versions)
+        return versions.qualifies_any(version, self.qualified_versions)
 
     async def read_version(self, executable: str) -> str:
-        return await base.run_version(executable)
+        return await versions.run_version(executable)
 
     def capture_session(
         self, home: pathlib.Path, cwd: pathlib.Path, session_id: str
@@ -249,7 +165,7 @@ class ClaudeCode:
             HarnessError: the session id is not plain, the session file is missing, or a
                 symlink on the way leads outside the harness home.
         """
-        base.check_session_id(session_id)
+        homes.check_session_id(session_id)
         config = self._config(home)
         prefix = "/".join((*_PROJECTS, project_key(cwd)))
         try:
@@ -257,7 +173,7 @@ class ClaudeCode:
         except (FileNotFoundError, NotADirectoryError, paths.UnsafePath):
             raise base.HarnessError("harness: session not found") from None
         files = [base.SessionFile(f"{prefix}/{session_id}.jsonl", main)]
-        for relative, data in base.read_tree(config.path(f"{prefix}/{session_id}")):
+        for relative, data in homes.read_tree(config.path(f"{prefix}/{session_id}")):
             files.append(base.SessionFile(f"{prefix}/{session_id}/{relative}", data))
         return files
 
@@ -281,7 +197,7 @@ class ClaudeCode:
             paths.safe_join(config.root, relative)
         config.ensure_root(pathlib.Path(home))
         for relative, data in targets:
-            base.write_home_file(config.root, relative, data)
+            homes.write_home_file(config.root, relative, data)
 
     def native_session_id(self, home: pathlib.Path, cwd: pathlib.Path) -> str | None:
         """The session of `cwd` whose file was written last, or None."""
@@ -300,7 +216,7 @@ class ClaudeCode:
             ):
                 continue
             try:
-                base.check_session_id(stem)
+                homes.check_session_id(stem)
             except base.HarnessError:
                 continue
             candidate = (entry.stat(follow_symlinks=False).st_mtime_ns, stem)
@@ -325,11 +241,11 @@ class ClaudeCode:
         Without a prompt `claude --resume ID -p` exits 1 ("Provide a prompt to continue the
         conversation"), and an interactive session would wait for a person.
         """
-        parsed = base.parse_command(original_command, FLAGS)
+        parsed = commands.parse_command(original_command, claude_code_flags.FLAGS)
         return [
             parsed.executable,
             "--resume",
-            base.check_session_id(session_id),
+            homes.check_session_id(session_id),
             *parsed.options(),
             "--",
             base.check_prompt(prompt),
@@ -341,7 +257,7 @@ class ClaudeCode:
         The continuation carries the recorded conversation, which began with the original
         prompt; passing both would give the harness two prompts.
         """
-        parsed = base.parse_command(original_command, FLAGS)
+        parsed = commands.parse_command(original_command, claude_code_flags.FLAGS)
         return [parsed.executable, *parsed.options(), "--", prompt]
 
     def stdin_prompt_command(self, original_command: Sequence[str]) -> list[str]:
@@ -351,7 +267,7 @@ class ClaudeCode:
             HarnessError: the command is interactive (no `-p`/`--print`), or its input format
                 is not text (stdin would have to hold stream-json messages).
         """
-        parsed = base.parse_command(original_command, FLAGS)
+        parsed = commands.parse_command(original_command, claude_code_flags.FLAGS)
         options = parsed.options()
         if not {"-p", "--print"} & set(options):
             raise base.HarnessError("harness: an interactive claude reads no prompt from stdin")
@@ -376,8 +292,8 @@ class ClaudeCode:
         folder = config.root if not config.prefix else home
         target = folder / CONFIG_FILE
         loaded: dict[str, object] = {}
-        mode = base.SESSION_FILE_MODE
-        owner = base.home_owner(home)
+        mode = homes.SESSION_FILE_MODE
+        owner = homes.home_owner(home)
         try:
             data = paths.read_file_no_follow(target)
         except FileNotFoundError:
@@ -385,7 +301,7 @@ class ClaudeCode:
         except paths.UnsafePath:
             raise base.HarnessError("harness: .claude.json is not a regular file") from None
         if data is not None:
-            parsed = base.load_json_object(data)
+            parsed = homes.load_json_object(data)
             if parsed is None:
                 raise base.HarnessError("harness: .claude.json is not a JSON object")
             loaded = parsed

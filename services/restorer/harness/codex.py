@@ -41,21 +41,18 @@ Responses API; `make qualify` re-checks other versions):
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import pathlib
-import re
 import stat
 import tomllib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import tomli_w
-import zstandard
 
 from services.restorer import paths, transcripts
-from services.restorer.harness import base
+from services.restorer.harness import base, codex_flags, codex_rollouts, commands, homes, versions
 
 NAME = "codex"
 HOME_VARIABLE = "CODEX_HOME"
@@ -63,124 +60,6 @@ CONFIG_TOML = ".codex/config.toml"
 QUALIFIED = "0.162"
 EXECUTABLE = "codex"
 INDEX_FILE = ".codex/session_index.jsonl"
-_CODEX = ".codex"
-_SESSIONS = "sessions"
-_ROLLOUT = re.compile(
-    r"rollout-(\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2})-([A-Za-z0-9_-]+)\.jsonl(\.zst)?"
-)
-COMPRESSED = ".zst"
-MAX_ROLLOUT_BYTES = 1 << 30
-"""The most a compressed rollout may expand to when its records are read (a bomb stops here)."""
-_DATE_DIRS = (re.compile(r"\d{4}"), re.compile(r"\d{2}"), re.compile(r"\d{2}"))
-_EXEC = frozenset({"exec", "e"})
-_FIRST_LINE_LIMIT = 1 << 20
-
-FLAGS = base.FlagTable(
-    # Every value-taking option of the real `codex --help` and `codex exec --help` of the
-    # qualified versions (a test reads each pinned CLI's help and fails on one missing here).
-    # clap gives `<VALUE>...` options every following word up to the next option.
-    takes_value=frozenset(
-        {
-            "-c",
-            "--config",
-            "--enable",
-            "--disable",
-            "--remote",
-            "--remote-auth-token-env",
-            "-m",
-            "--model",
-            "--local-provider",
-            "-p",
-            "--profile",
-            "-s",
-            "--sandbox",
-            "-a",
-            "--ask-for-approval",
-            "-C",
-            "--cd",
-            "--add-dir",
-            "--thread-source",
-            "--cyber-access-program",
-            "--color",
-            "-o",
-            "--output-last-message",
-            "--output-schema",
-        }
-    ),
-    variadic=frozenset({"-i", "--image"}),
-    dropped=frozenset({"--last"}),
-)
-
-
-def _rollout_segments(segments: tuple[str, ...]) -> str | None:
-    """The session id when `segments` is `.codex/sessions/YYYY/MM/DD/rollout-…-ID.jsonl`."""
-    if len(segments) != 6 or segments[:2] != (_CODEX, _SESSIONS):
-        return None
-    if not all(
-        pattern.fullmatch(part) for pattern, part in zip(_DATE_DIRS, segments[2:5], strict=True)
-    ):
-        return None
-    match = _ROLLOUT.fullmatch(segments[5])
-    return match.group(2) if match else None
-
-
-def _first_record(path: pathlib.Path) -> dict[str, object] | None:
-    """The first JSON record of a rollout (compressed or not), read without following a
-    symlink."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if path.name.endswith(COMPRESSED):
-            try:
-                with zstandard.ZstdDecompressor().stream_reader(handle) as reader:
-                    head = reader.read(_FIRST_LINE_LIMIT)
-            except zstandard.ZstdError:
-                return None
-            line = head.split(b"\n", 1)[0]
-        else:
-            line = handle.readline(_FIRST_LINE_LIMIT)
-    return base.load_json_object(line)
-
-
-def _expand(rollout: base.SessionFile) -> bytes:
-    """A rollout's records: its bytes, decompressed when Codex compressed the file.
-
-    Raises:
-        HarnessError: a compressed rollout that does not decompress, or expands past
-            `MAX_ROLLOUT_BYTES`.
-    """
-    if not rollout.path.endswith(COMPRESSED):
-        return rollout.data
-    try:
-        with zstandard.ZstdDecompressor().stream_reader(rollout.data) as reader:
-            data = reader.read(MAX_ROLLOUT_BYTES + 1)
-    except zstandard.ZstdError:
-        raise base.HarnessError("harness: a compressed rollout does not decompress") from None
-    if len(data) > MAX_ROLLOUT_BYTES:
-        raise base.HarnessError("harness: a compressed rollout expands past the limit")
-    return data
-
-
-def _meta(record: dict[str, object] | None) -> dict[str, object]:
-    """The session metadata of a first record (`session_meta` payload, or older bare form)."""
-    if record is None:
-        return {}
-    payload = record.get("payload")
-    if record.get("type") == "session_meta" and isinstance(payload, dict):
-        return payload
-    return record
-
-
-def _index_lines(data: bytes) -> list[tuple[bytes, dict[str, object] | None]]:
-    """Each non-empty index line with its parsed object (None when it does not parse)."""
-    return [(line, base.load_json_object(line)) for line in data.split(b"\n") if line.strip()]
-
-
-def _now() -> str:
-    moment = datetime.datetime.now(datetime.UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class Codex:
@@ -198,29 +77,35 @@ class Codex:
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else dict(environ)
-        self.qualified_versions = base.qualified_versions(NAME, QUALIFIED, self._environ)
+        self.qualified_versions = versions.qualified_versions(NAME, QUALIFIED, self._environ)
 
-    def _config(self, home: pathlib.Path) -> base.ConfigHome:
-        return base.config_home(pathlib.Path(home), self._environ, HOME_VARIABLE, _CODEX)
+    def _config(self, home: pathlib.Path) -> homes.ConfigHome:
+        return homes.config_home(
+            pathlib.Path(home), self._environ, HOME_VARIABLE, codex_rollouts.CODEX
+        )
 
     def qualifies(self, version: str) -> bool:
-        return base.qualifies_any(version, self.qualified_versions)
+        return versions.qualifies_any(version, self.qualified_versions)
 
     async def read_version(self, executable: str) -> str:
-        return await base.run_version(executable)
+        return await versions.run_version(executable)
 
     def _rollouts(self, home: pathlib.Path) -> list[tuple[pathlib.Path, str, str, str]]:
         """Every rollout file as (path, start timestamp, session id, path as records name it)."""
         found: list[tuple[pathlib.Path, str, str, str]] = []
         try:
             config = self._config(home)
-            root = config.path(f"{_CODEX}/{_SESSIONS}")
+            root = config.path(f"{codex_rollouts.CODEX}/{codex_rollouts.SESSIONS}")
         except base.HarnessError:
             return found
         for path in root.glob("*/*/*/rollout-*.jsonl*"):
-            relative = (_CODEX, _SESSIONS, *path.relative_to(root).parts)
-            session_id = _rollout_segments(relative)
-            match = _ROLLOUT.fullmatch(path.name)
+            relative = (
+                codex_rollouts.CODEX,
+                codex_rollouts.SESSIONS,
+                *path.relative_to(root).parts,
+            )
+            session_id = codex_rollouts.rollout_segments(relative)
+            match = codex_rollouts.ROLLOUT.fullmatch(path.name)
             if session_id is None or match is None or path.is_symlink() or not path.is_file():
                 continue
             try:
@@ -246,9 +131,9 @@ class Codex:
         Raises:
             HarnessError: the session id is not plain or no rollout names it.
         """
-        base.check_session_id(session_id)
+        homes.check_session_id(session_id)
         matches = sorted(
-            (stamp, not relative.endswith(COMPRESSED), relative, path)
+            (stamp, not relative.endswith(codex_rollouts.COMPRESSED), relative, path)
             for path, stamp, sid, relative in self._rollouts(home)
             if sid == session_id
         )
@@ -263,7 +148,7 @@ class Codex:
         files = [base.SessionFile(relative, data)]
         own = [
             line
-            for line, entry in _index_lines(self._read_index(home))
+            for line, entry in codex_rollouts.index_lines(self._read_index(home))
             if entry and entry.get("id") == session_id
         ]
         if own:
@@ -278,13 +163,13 @@ class Codex:
         entry: dict[str, object] = {}
         for item in files:
             segments = paths.check_relative(item.path)
-            session_id = _rollout_segments(segments)
+            session_id = codex_rollouts.rollout_segments(segments)
             if session_id is not None:
                 if rollout is not None:
                     raise base.HarnessError("harness: session files hold more than one session")
-                rollout = (base.check_session_id(session_id), item)
+                rollout = (homes.check_session_id(session_id), item)
             elif item.path == INDEX_FILE:
-                for _, parsed in _index_lines(item.data):
+                for _, parsed in codex_rollouts.index_lines(item.data):
                     if parsed is not None:
                         entry = parsed
             else:
@@ -292,8 +177,8 @@ class Codex:
         if rollout is None:
             raise base.HarnessError("harness: session files hold no session")
         session_id, item = rollout
-        first = _expand(item).split(b"\n", 1)[0]
-        recorded = _meta(base.load_json_object(first)).get("id")
+        first = codex_rollouts.expand(item).split(b"\n", 1)[0]
+        recorded = codex_rollouts.meta(homes.load_json_object(first)).get("id")
         if recorded is not None and recorded != session_id:
             raise base.HarnessError("harness: rollout file names another session")
         if entry and entry.get("id") != session_id:
@@ -328,20 +213,20 @@ class Codex:
             raise base.HarnessError("harness: session index is not a regular file") from None
         kept = [
             line
-            for line, parsed in _index_lines(existing)
+            for line, parsed in codex_rollouts.index_lines(existing)
             if not (parsed and parsed.get("id") == session_id)
         ]
         entry = {
             **captured_entry,
             "id": session_id,
-            "path": rollout.path.removeprefix(f"{_CODEX}/"),
+            "path": rollout.path.removeprefix(f"{codex_rollouts.CODEX}/"),
             "cwd": os.path.realpath(cwd),
-            "updated_at": _now(),
+            "updated_at": codex_rollouts.now(),
         }
         line = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         config.ensure_root(home)
-        base.write_home_file(config.root, rollout_path, rollout.data)
-        base.write_home_file(
+        homes.write_home_file(config.root, rollout_path, rollout.data)
+        homes.write_home_file(
             config.root, index_path, b"".join(item + b"\n" for item in [*kept, line])
         )
 
@@ -350,7 +235,7 @@ class Codex:
         want = os.path.realpath(cwd)
         newest: tuple[str, int, str] | None = None
         for path, stamp, session_id, _ in self._rollouts(pathlib.Path(home)):
-            recorded = _meta(_first_record(path)).get("cwd")
+            recorded = codex_rollouts.meta(codex_rollouts.first_record(path)).get("cwd")
             if not isinstance(recorded, str) or os.path.realpath(recorded) != want:
                 continue
             candidate = (stamp, path.stat().st_mtime_ns, session_id)
@@ -360,7 +245,7 @@ class Codex:
             return newest[2]
         named = [
             entry["id"]
-            for _, entry in _index_lines(self._read_index(pathlib.Path(home)))
+            for _, entry in codex_rollouts.index_lines(self._read_index(pathlib.Path(home)))
             if entry
             and isinstance(entry.get("id"), str)
             and isinstance(entry.get("cwd"), str)
@@ -371,15 +256,15 @@ class Codex:
     def transcript_records(self, files: Sequence[base.SessionFile]) -> list[str]:
         """The records of the session's rollout file (decompressed when it is `.jsonl.zst`)."""
         _, rollout, _ = self._layout(files)
-        return transcripts.split_records(_expand(rollout))
+        return transcripts.split_records(codex_rollouts.expand(rollout))
 
     def _split(self, original_command: Sequence[str]) -> tuple[str, list[str], bool, list[str]]:
         """(executable, options before any subcommand, whether it is exec, exec's options)."""
-        parsed = base.parse_command(original_command, FLAGS)
+        parsed = commands.parse_command(original_command, codex_flags.FLAGS)
         before, first, rest = parsed.split_at_first_positional()
-        if first in _EXEC:
+        if first in codex_flags.EXEC:
             return parsed.executable, before, True, rest.options()
-        if first is not None and first in _SUBCOMMANDS:
+        if first is not None and first in codex_flags.SUBCOMMANDS:
             raise base.HarnessError("harness: the original command runs another Codex subcommand")
         return parsed.executable, parsed.options(), False, []
 
@@ -392,7 +277,7 @@ class Codex:
         provided via stdin."); the interactive form would wait for a person.
         """
         executable, options, is_exec, exec_options = self._split(original_command)
-        session_id = base.check_session_id(session_id)
+        session_id = homes.check_session_id(session_id)
         prompt = base.check_prompt(prompt)
         if is_exec:
             return [
@@ -443,8 +328,8 @@ class Codex:
         relative = config.physical(CONFIG_TOML)
         target = config.root / relative
         loaded: dict[str, Any] = {}
-        mode = base.SESSION_FILE_MODE
-        owner = base.home_owner(home)
+        mode = homes.SESSION_FILE_MODE
+        owner = homes.home_owner(home)
         try:
             data = paths.read_file_no_follow(target)
         except (FileNotFoundError, NotADirectoryError):
@@ -478,29 +363,6 @@ class Codex:
             relative,
             text.encode("utf-8"),
             mode,
-            dir_mode=base.SESSION_DIR_MODE,
+            dir_mode=homes.SESSION_DIR_MODE,
             owner=owner,
         )
-
-
-# Subcommands other than exec: a command running one of them has no conversation to resume.
-_SUBCOMMANDS = frozenset(
-    {
-        "resume",
-        "fork",
-        "login",
-        "logout",
-        "mcp",
-        "mcp-server",
-        "app-server",
-        "proto",
-        "completion",
-        "debug",
-        "apply",
-        "a",
-        "cloud",
-        "sandbox",
-        "features",
-        "help",
-    }
-)

@@ -13,7 +13,7 @@ import subprocess
 
 from services.common import directives
 from services.restorer import capturing, transcripts
-from services.restorer.harness import base, claude_code
+from services.restorer.harness import base, claude_code, commands
 from tests.integration.harness_cli import cli_support as cs
 
 C = directives.Continuity
@@ -130,7 +130,7 @@ async def reconstructed(cli: cs.Cli, tmp: pathlib.Path) -> None:
     assert json.dumps(cs.FIRST_PROMPT, ensure_ascii=False)[1:-1] in archived
 
 
-def help_options(cli: cs.Cli, table: base.FlagTable, *subcommands: list[str]) -> None:
+def help_options(cli: cs.Cli, table: commands.FlagTable, *subcommands: list[str]) -> None:
     """Every value-taking option of the real CLI's `--help` (and of each named subcommand's)
     is in the adapter's option table with the same arity, so no value is taken for a prompt."""
     missing: list[str] = []
@@ -185,7 +185,7 @@ def parse_help(text: str) -> list[tuple[list[str], str]]:
     return found
 
 
-def _kind(table: base.FlagTable, name: str) -> str:
+def _kind(table: commands.FlagTable, name: str) -> str:
     if name in table.takes_value:
         return "value"
     if name in table.variadic:

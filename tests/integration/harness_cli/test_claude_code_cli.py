@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.restorer.harness import claude_code
+from services.restorer.harness import claude_code, claude_code_flags
 from tests.integration.harness_cli import cases
 from tests.integration.harness_cli import cli_support as cs
 from tests.support import agent_clis, model_api
@@ -66,4 +66,4 @@ async def test_reconstructed_continuation_opens_with_the_transcript(
 def test_every_value_taking_option_of_the_help_is_in_the_table(cli: cs.Cli) -> None:
     """The real `claude --help`: each `<value>`, `<values...>` and `[value]` option is in the
     adapter's table with that arity."""
-    cases.help_options(cli, claude_code.FLAGS)
+    cases.help_options(cli, claude_code_flags.FLAGS)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.restorer.harness import codex
+from services.restorer.harness import codex, codex_flags
 from tests.integration.harness_cli import cases
 from tests.integration.harness_cli import cli_support as cs
 from tests.support import agent_clis, model_api
@@ -67,4 +67,4 @@ async def test_reconstructed_continuation_opens_with_the_transcript(
 def test_every_value_taking_option_of_the_help_is_in_the_table(cli: cs.Cli) -> None:
     """The real `codex --help` and `codex exec --help`: each `<VALUE>` and `<VALUE>...`
     option is in the adapter's table with that arity."""
-    cases.help_options(cli, codex.FLAGS, ["exec"])
+    cases.help_options(cli, codex_flags.FLAGS, ["exec"])

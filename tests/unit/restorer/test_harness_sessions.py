@@ -12,7 +12,7 @@ import pytest
 import zstandard
 
 from services.restorer import paths, transcripts
-from services.restorer.harness import base, claude_code, codex
+from services.restorer.harness import base, claude_code, codex, codex_rollouts
 from tests.support import trees
 
 SID = "0b0c5e2a-7d1f-4c39-9a55-1f2e3d4c5b6a"
@@ -471,7 +471,7 @@ def test_codex_a_compressed_rollout_that_expands_too_far_is_refused(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A decompression bomb stops at the limit instead of filling memory."""
-    monkeypatch.setattr(codex, "MAX_ROLLOUT_BYTES", 1024)
+    monkeypatch.setattr(codex_rollouts, "MAX_ROLLOUT_BYTES", 1024)
     data = _rollout_bytes(SID, "/work/app") + b"x" * 4096 + b"\n"
     files = [base.SessionFile(ROLLOUT + ".zst", zstandard.ZstdCompressor().compress(data))]
     with pytest.raises(base.HarnessError, match="expands past the limit"):

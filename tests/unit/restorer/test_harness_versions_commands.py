@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.restorer import harness
-from services.restorer.harness import base, claude_code, codex
+from services.restorer.harness import base, claude_code, codex, versions
 
 SID = "0b0c5e2a-7d1f-4c39-9a55-1f2e3d4c5b6a"
 PROMPT = "Carry on from where the conversation ends."
@@ -23,14 +23,14 @@ PROMPT = "Carry on from where the conversation ends."
 )
 def test_version_output_is_parsed(output: str, version: str) -> None:
     """`claude --version` prints `2.1.3 (Claude Code)`; `codex --version` `codex-cli 0.162.0`."""
-    assert base.parse_version(output) == version
+    assert versions.parse_version(output) == version
 
 
 @pytest.mark.parametrize("output", ["", "Claude Code", "codex-cli", "version 2"])
 def test_output_without_a_version_is_refused(output: str) -> None:
     """No dotted version token: the version cannot be read."""
     with pytest.raises(base.HarnessError):
-        base.parse_version(output)
+        versions.parse_version(output)
 
 
 @pytest.mark.parametrize(
