@@ -27,7 +27,7 @@ from kubernetes_asyncio import client as k8s_client
 
 from services.controller.pods import classifying, templates
 from services.controller.state import keys, reading
-from services.restorer import main as restorer_main
+from services.restorer import serving
 from tests.e2e.kube_cluster import (
     FAIL_NOW,
     FIRST,
@@ -202,7 +202,7 @@ async def test_a_graceful_eviction_loses_no_record(cluster: Cluster) -> None:
             last = await _until_deleted(watch)
     grace = last["metadata"]["deletionGracePeriodSeconds"]
     assert grace == templates.default_pod_template()["spec"]["terminationGracePeriodSeconds"]
-    assert grace >= restorer_main.FINAL_CAPTURE_S
+    assert grace >= serving.FINAL_CAPTURE_S
     stopped = kubelets.container_status(last, classifying.WORKER_CONTAINER)["state"]
     assert stopped["terminated"]["exitCode"] == 143, stopped  # SIGTERM's, not SIGKILL's 137
     sidecar = kubelets.container_status(last, classifying.RESTORER_CONTAINER)["state"]

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import pytest
 
-from services.restorer import following
-from services.restorer import main as restorer_main
+from services.restorer import following, start_settings
 
 
 def test_the_defaults_follow_at_a_second() -> None:
     """With nothing set the sidecar follows: a second's lag, source scans at most every 5 s."""
-    assert restorer_main._capture_cadence({}) == following.Cadence()
+    assert start_settings.capture_cadence({}) == following.Cadence()
     assert following.Cadence().lag_s == 1.0 and following.Cadence().source_period_s == 5.0
 
 
 def test_each_setting_is_read() -> None:
-    cadence = restorer_main._capture_cadence(
+    cadence = start_settings.capture_cadence(
         {
             "AGENTIHOOKS_CAPTURE_LAG_S": "0.5",
             "AGENTIHOOKS_CAPTURE_SOURCE_PERIOD_S": "30",
@@ -34,7 +33,7 @@ def test_each_setting_is_read() -> None:
 
 
 def test_a_lag_of_zero_captures_on_the_interval_only() -> None:
-    assert restorer_main._capture_cadence({"AGENTIHOOKS_CAPTURE_LAG_S": "0"}) is None
+    assert start_settings.capture_cadence({"AGENTIHOOKS_CAPTURE_LAG_S": "0"}) is None
 
 
 @pytest.mark.parametrize(
@@ -51,6 +50,6 @@ def test_a_malformed_value_stops_the_sidecar_naming_it(
     name: str, value: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as stopped:
-        restorer_main._capture_cadence({name: value})
+        start_settings.capture_cadence({name: value})
     assert stopped.value.code == 2
     assert name in capsys.readouterr().err
