@@ -20,7 +20,7 @@ import pytest
 from agentihooks.swarm.v2 import recovery_pb2 as pb
 from redis.crc import key_slot
 
-from services.cli import main as cli
+from services.cli import exits
 from services.common import redis_link, revocations
 from services.controller import telemetry
 from services.controller.pods import runtime
@@ -301,7 +301,7 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
                 control=ctl.grpc_addr,
                 env=ctl.cli_env(),
             )
-            assert ran.code == cli.EXIT_UNAVAILABLE, (ran.out, ran.err)
+            assert ran.code == exits.EXIT_UNAVAILABLE, (ran.out, ran.err)
             assert "(not_durable)" in ran.err, ran.err
             assert "0 of the 1 replicas AGENTIHOOKS_REDIS_WAIT_REPLICAS asks for" in ran.err
             assert "applied" not in ran.out, ran.out
@@ -312,7 +312,7 @@ async def test_only_durable_decisions_are_acknowledged_and_they_survive_a_stale_
             ran = await agentihooks(
                 "swarm", swarm, "pause", control=ctl.grpc_addr, env=ctl.cli_env()
             )
-            assert ran.code == cli.EXIT_UNAVAILABLE and "(not_durable)" in ran.err, ran.err
+            assert ran.code == exits.EXIT_UNAVAILABLE and "(not_durable)" in ran.err, ran.err
             more = cs.document(swarm, seats=(*seats, "eng-4"), automation=False)
             refused = await outage.unavailable(
                 ctl.stub.ApplySwarm(

@@ -31,7 +31,7 @@ from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.cli import main as cli
+from services.cli import exits
 from services.common import redis_link, rpc, tls, tls_settings
 from services.controller import telemetry
 from services.controller.api import grpc_api
@@ -351,7 +351,7 @@ async def test_a_controller_started_without_redis_serves_unready_and_starts_work
             ran = await agentihooks(
                 "swarm", swarm, "status", control=ctl.grpc_addr, env=ctl.cli_env()
             )
-            assert ran.code == cli.EXIT_UNAVAILABLE, (ran.out, ran.err)
+            assert ran.code == exits.EXIT_UNAVAILABLE, (ran.out, ran.err)
             assert "Redis does not answer (AGENTIHOOKS_REDIS_URL)" in ran.err, ran.err
             assert redis_link.REASON in ran.err and "--control" not in ran.err, ran.err
             assert PASSWORD not in ran.err

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from services.cli import main as cli
+from services.cli import exits
 from tests.support import controller_server as cs
 from tests.support import ports
 from tests.support.cli_process import RUN_TIMEOUT_S, agentihooks
@@ -19,7 +19,7 @@ async def test_status_json_exits_0_with_the_documented_fields(controller: cs.Con
     """`status --json` prints the swarm's cards under `handoffs` and exits 0."""
     await controller.apply()
     ran = await agentihooks("swarm", "example", "status", "--json", control=controller.addr)
-    assert ran.code == cli.EXIT_OK, ran.err
+    assert ran.code == exits.EXIT_OK, ran.err
     status = json.loads(ran.out)
     assert status["swarm"] == "example"
     assert set(status) == {
@@ -39,11 +39,11 @@ async def test_usage_errors_exit_2(controller: cs.Controller) -> None:
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "eng-1", control=controller.addr
     )
-    assert ran.code == cli.EXIT_USAGE
+    assert ran.code == exits.EXIT_USAGE
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "eng-1", "maybe", control=controller.addr
     )
-    assert ran.code == cli.EXIT_USAGE and "invalid choice" in ran.err
+    assert ran.code == exits.EXIT_USAGE and "invalid choice" in ran.err
 
 
 async def _awaiting(controller: cs.Controller, seat: str) -> None:
@@ -69,7 +69,7 @@ async def test_a_choice_for_a_seat_with_nothing_pending_is_refused_exit_3(
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "eng-1", "fresh", control=controller.addr
     )
-    assert ran.code == cli.EXIT_REFUSED, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_REFUSED, (ran.out, ran.err)
     assert "recorded; the controller applies it on its next pass" in ran.out
     assert "no recovery decision is pending for this attempt" in ran.err
 
@@ -85,16 +85,16 @@ async def test_the_cli_waits_for_the_pass_that_applies_the_choice(
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "eng-2", "fresh", control=controller.addr
     )
-    assert ran.code == cli.EXIT_OK, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_OK, (ran.out, ran.err)
     assert "applied: fresh accepted; replacement example.eng-2.2" in ran.out
     again = await agentihooks(
         "swarm", "example", "restore-decision", "eng-2", "fresh", control=controller.addr
     )
-    assert again.code == cli.EXIT_OK and "fresh was already accepted" in again.out
+    assert again.code == exits.EXIT_OK and "fresh was already accepted" in again.out
     other = await agentihooks(
         "swarm", "example", "restore-decision", "eng-2", "resume", control=controller.addr
     )
-    assert other.code == cli.EXIT_REFUSED
+    assert other.code == exits.EXIT_REFUSED
     assert "no recovery decision is pending for this attempt" in other.err
 
 
@@ -111,7 +111,7 @@ async def test_no_wait_only_records(controller: cs.Controller) -> None:
         "--no-wait",
         control=controller.addr,
     )
-    assert ran.code == cli.EXIT_OK
+    assert ran.code == exits.EXIT_OK
     assert ran.out.strip().endswith("the controller applies it on its next pass")
 
 
@@ -123,7 +123,7 @@ async def test_a_wrong_credential_exits_4_and_says_what_to_check(
     await controller.apply()
     forged = "forged-token-0123456789abcdef"
     ran = await agentihooks("swarm", "example", "status", token=forged, control=controller.addr)
-    assert ran.code == cli.EXIT_FORBIDDEN
+    assert ran.code == exits.EXIT_FORBIDDEN
     assert "AGENTIHOOKS_TOKEN" in ran.err and forged not in ran.err + ran.out
     ran = await agentihooks(
         "swarm",
@@ -136,13 +136,13 @@ async def test_a_wrong_credential_exits_4_and_says_what_to_check(
         token=cs.MASTER_SECRET,
         control=controller.addr,
     )
-    assert ran.code == cli.EXIT_FORBIDDEN, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_FORBIDDEN, (ran.out, ran.err)
     assert "forbidden_scope" in ran.err or "permission_denied" in ran.err
 
 
 async def test_an_unknown_swarm_exits_5(controller: cs.Controller) -> None:
     ran = await agentihooks("swarm", "nosuch", "status", control=controller.addr)
-    assert ran.code == cli.EXIT_NOT_FOUND, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_NOT_FOUND, (ran.out, ran.err)
 
 
 async def test_an_unreachable_controller_exits_6_naming_the_setting() -> None:
@@ -150,13 +150,13 @@ async def test_an_unreachable_controller_exits_6_naming_the_setting() -> None:
     AGENTIHOOKS_CONTROL_ADDR."""
     addr = f"127.0.0.1:{ports.free_port()}"
     ran = await agentihooks("swarm", "example", "status", control=addr)
-    assert ran.code == cli.EXIT_UNAVAILABLE
+    assert ran.code == exits.EXIT_UNAVAILABLE
     assert "the controller is unavailable" in ran.err
     assert "--control" in ran.err and "AGENTIHOOKS_CONTROL_ADDR" in ran.err and addr in ran.err
 
 
 async def test_help_explains_name_seat_resume_and_fresh() -> None:
     ran = await agentihooks("swarm", "example", "restore-decision", "--help")
-    assert ran.code == cli.EXIT_OK
+    assert ran.code == exits.EXIT_OK
     for words in ("NAME", "SEAT", "resume", "fresh", "examples:", "exit codes:"):
         assert words in ran.out

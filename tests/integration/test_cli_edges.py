@@ -20,7 +20,7 @@ from agentihooks.swarm.v2 import recovery_pb2 as pb
 from agentihooks.swarm.v2 import recovery_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
-from services.cli import main as cli
+from services.cli import exits
 from services.common import rpc
 from services.controller import hub as hubs
 from services.controller.api import grpc_api
@@ -94,8 +94,8 @@ async def test_a_closed_stdout_ends_every_printing_command_quietly(
         finally:
             os.close(writer)
         code, err = await _ended(process)
-        assert (code, err) == (cli.EXIT_STDOUT_CLOSED, ""), command
-    assert cli.EXIT_STDOUT_CLOSED == 141
+        assert (code, err) == (exits.EXIT_STDOUT_CLOSED, ""), command
+    assert exits.EXIT_STDOUT_CLOSED == 141
 
 
 async def test_events_follow_into_head_ends_quietly_when_head_has_its_line(
@@ -120,7 +120,7 @@ async def test_events_follow_into_head_ends_quietly_when_head_has_its_line(
     await cs.wait_for_pod(controller, "example.eng-1.1")
     controller.fail("example.eng-1.1", cs.terminated("OOMKilled", 137))
     code, err = await _ended(process)
-    assert (code, err) == (cli.EXIT_STDOUT_CLOSED, "")
+    assert (code, err) == (exits.EXIT_STDOUT_CLOSED, "")
 
 
 # Line 2: errors say what was typed.
@@ -132,7 +132,7 @@ async def test_an_unknown_swarm_is_named(controller: cs.Controller) -> None:
     await controller.apply()
     for command in (("status",), ("events",), ("restore-decision", "eng-1", "fresh")):
         ran = await agentihooks("swarm", "typo", *command, control=controller.addr)
-        assert ran.code == cli.EXIT_NOT_FOUND, (command, ran.err)
+        assert ran.code == exits.EXIT_NOT_FOUND, (command, ran.err)
         assert "no such swarm: typo" in ran.err, command
     error = await cs.refusal(controller.status("typo"))
     assert error.details() == "no such swarm: typo"
@@ -149,7 +149,7 @@ async def test_an_unknown_seat_is_named_with_the_seats_that_exist(
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "eng-9", "fresh", control=controller.addr
     )
-    assert ran.code == cli.EXIT_NOT_FOUND, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_NOT_FOUND, (ran.out, ran.err)
     assert "no such seat in swarm example: eng-9" in ran.err
     assert "the seats of swarm example are eng-1, eng-2" in ran.err
     error = await cs.refusal(
@@ -163,7 +163,7 @@ async def test_an_unknown_seat_is_named_with_the_seats_that_exist(
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "Eng-2", "fresh", control=controller.addr
     )
-    assert ran.code == cli.EXIT_NOT_FOUND, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_NOT_FOUND, (ran.out, ran.err)
     assert "a seat name is lowercase letters, digits and '-'" in ran.err
     assert "eng-1, eng-2" in ran.err
 
@@ -178,7 +178,7 @@ async def test_the_seats_listed_are_bounded(controller: cs.Controller) -> None:
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "s-99", "fresh", control=controller.addr
     )
-    assert ran.code == cli.EXIT_NOT_FOUND, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_NOT_FOUND, (ran.out, ran.err)
     assert "the seats of swarm example are " + ", ".join(seats[:20]) + " and 3 more" in ran.err
     assert "s-21" not in ran.err
 
@@ -195,11 +195,11 @@ async def test_a_refused_second_choice_says_which_decision_was_accepted(
     ran = await agentihooks(
         "swarm", "example", "restore-decision", "eng-2", "fresh", control=controller.addr
     )
-    assert ran.code == cli.EXIT_OK, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_OK, (ran.out, ran.err)
     other = await agentihooks(
         "swarm", "example", "restore-decision", "eng-2", "resume", control=controller.addr
     )
-    assert other.code == cli.EXIT_REFUSED, (other.out, other.err)
+    assert other.code == exits.EXIT_REFUSED, (other.out, other.err)
     assert (
         f"refused: {NOT_PENDING}; fresh was accepted for example.eng-2.1, "
         "replacement example.eng-2.2"
@@ -284,12 +284,12 @@ async def test_a_refused_second_choice_on_local_workers_says_which_was_accepted(
 
     await ports.eventually(pending, timeout=RUN_TIMEOUT_S)
     ran = await agentihooks("swarm", "example", "restore-decision", "eng-1", "fresh", control=addr)
-    assert ran.code == cli.EXIT_OK, (ran.out, ran.err)
+    assert ran.code == exits.EXIT_OK, (ran.out, ran.err)
     assert "replacement example.eng-1.2" in ran.out
     other = await agentihooks(
         "swarm", "example", "restore-decision", "eng-1", "resume", control=addr
     )
-    assert other.code == cli.EXIT_REFUSED, (other.out, other.err)
+    assert other.code == exits.EXIT_REFUSED, (other.out, other.err)
     assert (
         f"{NOT_PENDING} (failed_precondition); fresh was accepted for example.eng-1.1, "
         "replacement example.eng-1.2"
@@ -335,7 +335,7 @@ async def test_an_address_that_is_not_host_port_is_refused_before_connecting(whe
                 ran = await agentihooks("--control", value, "swarm", "example", "status")
             else:
                 ran = await agentihooks("swarm", "example", "status", control=value)
-            assert ran.code == cli.EXIT_USAGE, (value, ran.err)
+            assert ran.code == exits.EXIT_USAGE, (value, ran.err)
             lines = ran.err.strip().splitlines()
             assert len(lines) == 1, ran.err
             assert "must be HOST:PORT" in lines[0] and f"{where} is {value!r}" in lines[0]
@@ -353,10 +353,10 @@ async def test_an_events_after_that_is_not_an_event_id_is_a_usage_error(
         ran = await agentihooks(
             "swarm", "example", "events", "--after", value, control=controller.addr
         )
-        assert ran.code == cli.EXIT_USAGE, (value, ran.err)
+        assert ran.code == exits.EXIT_USAGE, (value, ran.err)
         assert f"argument --after: {value!r} is not an event id" in ran.err
     ran = await agentihooks("swarm", "example", "events", "--after", "0-0", control=controller.addr)
-    assert ran.code == cli.EXIT_OK, ran.err
+    assert ran.code == exits.EXIT_OK, ran.err
 
 
 # Line 4: no error repeats a credential.
@@ -381,7 +381,7 @@ async def test_no_error_repeats_the_token(controller: cs.Controller) -> None:
         await agentihooks("swarm", "example", "events", "--after", token, control=controller.addr),
     ]
     for ran in runs:
-        assert ran.code != cli.EXIT_OK, ran
+        assert ran.code != exits.EXIT_OK, ran
         assert token not in ran.out + ran.err, ran
         assert ran.err.strip(), ran
     assert "<redacted>" in runs[0].err and "<redacted>" in runs[3].err
