@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -27,12 +26,12 @@ from typing import Any, TypeVar
 import aiohttp
 import aiohttp.helpers
 import orjson
-import yarl
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
 from services.controller.pods import (
     api_errors,
+    api_sessions,
     attempts,
     availability,
     classifying,
@@ -51,49 +50,23 @@ _T = TypeVar("_T")
 _U = TypeVar("_U")
 
 
-_READ_BUFSIZE = 2**21
-"""The session's read buffer, as kubernetes-asyncio sets it (a watch event can be large)."""
-
-
 class Body(dict):  # type: ignore[type-arg]
     """A request body this runtime built: JSON already (dicts, lists, text, numbers)."""
 
 
 class ApiClient(client.ApiClient):  # type: ignore[misc]
     """kubernetes-asyncio's client, sending a `Body` as it is, and reading the environment's
-    proxy once.
+    proxy once (`api_sessions`).
 
     The library walks every request body through `sanitize_for_serialization` (for its model
     objects) before encoding it; a Pod's body is a few hundred values and the walk costs about
     three times the encoding. The runtime's bodies are plain JSON, so that walk is skipped for
     them; anything else goes through it as before.
-
-    The library's HTTP session trusts the environment, so aiohttp looks for a proxy
-    (`HTTPS_PROXY`, `NO_PROXY`) and a `.netrc` login on a worker thread for every request: two
-    thread hops per call. Here the proxy the environment names for the API server (when the
-    kubeconfig names none) is read once, when the client is built, and the session does not
-    look again. (A `.netrc` login is not how Kubernetes authenticates; the kubeconfig's
-    credentials are used as before.)
     """
 
     def __init__(self, configuration: Any = None, *args: Any, **kwargs: Any) -> None:
         super().__init__(configuration, *args, **kwargs)
-        rest = self.rest_client
-        if rest.proxy is None:
-            with contextlib.suppress(LookupError):
-                proxy, auth = aiohttp.helpers.get_env_proxy_for_url(
-                    yarl.URL(self.configuration.host)
-                )
-                rest.proxy = str(proxy)
-                if auth is not None:
-                    rest.proxy_headers = {"Proxy-Authorization": auth.encode()}
-        trusting = rest.pool_manager
-        rest.pool_manager = aiohttp.ClientSession(
-            connector=trusting.connector,
-            trust_env=False,
-            read_bufsize=_READ_BUFSIZE,
-        )
-        trusting.detach()  # the connector is the new session's now
+        api_sessions.read_proxy_once(self.rest_client, self.configuration.host)
 
     def sanitize_for_serialization(self, obj: Any) -> Any:
         if type(obj) is Body:
