@@ -11,9 +11,10 @@ import dataclasses
 import enum
 import json
 from collections.abc import Mapping
-from typing import Any, NewType
+from typing import Any, ClassVar, NewType
 
 from services.common import directives, tokens
+from services.controller.state import codec
 
 ExecutionId = NewType("ExecutionId", str)
 SeatName = NewType("SeatName", str)
@@ -25,7 +26,6 @@ LOST_LENGTH = "unknown"
 """The fence's lost tail when the attempt was lost without a final capture (the spec's case)."""
 NO_LOST_TAIL = "none"
 """The fence's lost tail after the sidecar's final capture: nothing completed is unarchived."""
-"""Nobody can count transcript that was never archived."""
 
 
 class SeatState(enum.StrEnum):
@@ -83,43 +83,8 @@ AUTHORITY_RELEASES = (ReleaseKind.LAUNCH_GRANT, ReleaseKind.STORE_GRANTS, Releas
 """The releases that end a fenced worker's authority; a replacement waits for all three."""
 
 
-Hash = Mapping[str, str]
-
-
-def _s(h: Hash, name: str) -> str | None:
-    value = h.get(name)
-    return value if value else None
-
-
-def _i(h: Hash, name: str) -> int | None:
-    value = h.get(name)
-    return int(value) if value not in (None, "") else None
-
-
-def _b(h: Hash, name: str) -> bool:
-    return h.get(name) == "1"
-
-
-def _put(out: dict[str, str], name: str, value: str | int | bool | None) -> None:
-    if value is None or value == "":
-        return
-    if isinstance(value, bool):
-        out[name] = "1" if value else "0"
-    else:
-        out[name] = str(value)
-
-
-def text_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
-    """A hash as redis-py returns it (bytes or text) with text keys and values."""
-    try:
-        # A bytes client's answer (the controller's): every key and value is bytes.
-        return {k.decode(): v.decode() for k, v in raw.items()}  # type: ignore[union-attr]
-    except AttributeError:
-        return {_text(k): _text(v) for k, v in raw.items()}
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+text_hash = codec.text_hash
+directive_fields = codec.directive_fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,27 +103,17 @@ class AttemptScope:
 
 
 @dataclasses.dataclass(frozen=True)
-class Seat:
+class Seat(codec.Hashed):
     """A seat: its current attempt and, once one failed, the attempt being recovered."""
 
     seat: SeatName
     task_id: str
-    current_execution_id: ExecutionId
+    current_execution_id: ExecutionId = dataclasses.field(metadata=codec.meta(name="current"))
     generation: int
     state: SeatState
-    fenced_execution_id: ExecutionId | None
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> Seat:
-        fenced = _s(h, "fenced_execution")
-        return cls(
-            seat=SeatName(h["seat"]),
-            task_id=h["task_id"],
-            current_execution_id=ExecutionId(h["current"]),
-            generation=int(h["generation"]),
-            state=SeatState(h["state"]),
-            fenced_execution_id=ExecutionId(fenced) if fenced else None,
-        )
+    fenced_execution_id: ExecutionId | None = dataclasses.field(
+        metadata=codec.meta(name="fenced_execution")
+    )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,27 +123,6 @@ class Seat:
             "generation": self.generation,
             "state": self.state.value,
         }
-
-
-def directive_fields(d: directives.Directive) -> dict[str, str]:
-    """A directive as flat execution fields, checked first: a disagreeing one is never written."""
-    directives.checked(d)
-    out: dict[str, str] = {"directive.recovery": d.recovery.value}
-    _put(out, "directive.checkpoint_id", d.checkpoint_id)
-    _put(out, "directive.session_id", d.session_id)
-    _put(out, "directive.watermark", d.watermark)
-    return out
-
-
-def _directive(h: Hash) -> directives.Directive:
-    return directives.checked(
-        directives.Directive(
-            checkpoint_id=_s(h, "directive.checkpoint_id"),
-            recovery=directives.Continuity(h.get("directive.recovery") or "fresh"),
-            session_id=_s(h, "directive.session_id"),
-            watermark=_i(h, "directive.watermark"),
-        )
-    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +201,7 @@ def _str_or_none(value: Any) -> str | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Execution:
+class Execution(codec.Hashed):
     """One attempt of a seat.
 
     Token ids are kept, never tokens: the worker credential is re-minted from its id and issue
@@ -281,7 +215,7 @@ class Execution:
     generation: int
     task_id: str
     task_generation: int
-    image: str
+    image: str = dataclasses.field(metadata=codec.meta(missing=""))
     state: ExecutionState
     directive: directives.Directive
     credential_id: str
@@ -289,18 +223,20 @@ class Execution:
     capture_grant_id: str
     restore_grant_id: str | None
     restores_from_execution: ExecutionId | None
-    restores_from_generation: int
+    restores_from_generation: int = dataclasses.field(metadata=codec.meta(missing=0))
     legacy_spawn: bool
     account: str | None
     native_session_id: str | None
     archive_watermark: int | None
     captured_checkpoint_id: str | None
     launched: bool
-    admitted_at: str
+    admitted_at: str = dataclasses.field(metadata=codec.meta(missing=""))
     task_text: str = ""
     relaunches: int = 0
     """How often the same execution was launched again after a restore refusal."""
-    admission: Admitted | None = None
+    admission: Admitted | None = dataclasses.field(
+        default=None, metadata=codec.meta(sort_keys=True)
+    )
     """The decision that admitted this replacement (None for a seat's first attempt)."""
 
     @property
@@ -317,77 +253,6 @@ class Execution:
     @property
     def is_replacement(self) -> bool:
         return self.restores_from_execution is not None
-
-    def to_hash(self) -> dict[str, str]:
-        out = directive_fields(self.directive)
-        for name in (
-            "execution_id",
-            "swarm",
-            "seat",
-            "task_id",
-            "image",
-            "credential_id",
-            "capture_grant_id",
-            "restore_grant_id",
-            "restores_from_execution",
-            "account",
-            "native_session_id",
-            "captured_checkpoint_id",
-            "admitted_at",
-            "task_text",
-        ):
-            _put(out, name, getattr(self, name))
-        for name in (
-            "generation",
-            "task_generation",
-            "credential_issued_at",
-            "restores_from_generation",
-            "archive_watermark",
-            "relaunches",
-        ):
-            _put(out, name, getattr(self, name))
-        _put(out, "state", self.state.value)
-        _put(out, "legacy_spawn", self.legacy_spawn)
-        _put(out, "launched", self.launched)
-        if self.admission is not None:
-            out["admission"] = json.dumps(self.admission.to_json(), sort_keys=True)
-        return out
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> Execution:
-        restores = _s(h, "restores_from_execution")
-        return cls(
-            execution_id=ExecutionId(h["execution_id"]),
-            swarm=h["swarm"],
-            seat=SeatName(h["seat"]),
-            generation=int(h["generation"]),
-            task_id=h["task_id"],
-            task_generation=int(h["task_generation"]),
-            image=h.get("image", ""),
-            state=ExecutionState(h["state"]),
-            directive=_directive(h),
-            credential_id=h["credential_id"],
-            credential_issued_at=int(h["credential_issued_at"]),
-            capture_grant_id=h["capture_grant_id"],
-            restore_grant_id=_s(h, "restore_grant_id"),
-            restores_from_execution=ExecutionId(restores) if restores else None,
-            restores_from_generation=_i(h, "restores_from_generation") or 0,
-            legacy_spawn=_b(h, "legacy_spawn"),
-            account=_s(h, "account"),
-            native_session_id=_s(h, "native_session_id"),
-            archive_watermark=_i(h, "archive_watermark"),
-            captured_checkpoint_id=_s(h, "captured_checkpoint_id"),
-            launched=_b(h, "launched"),
-            admitted_at=h.get("admitted_at", ""),
-            task_text=h.get("task_text", ""),
-            relaunches=_i(h, "relaunches") or 0,
-            admission=_admission(h),
-        )
-
-
-def _admission(h: Hash) -> Admitted | None:
-    raw = _s(h, "admission")
-    return Admitted.from_json(json.loads(raw)) if raw else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -406,8 +271,36 @@ class Release:
         }
 
 
+def _releases(h: codec.Hash) -> tuple[Release, ...]:
+    """A fence's releases: one field each, `release:KIND`, a JSON record."""
+    releases = []
+    for kind in ReleaseKind:
+        raw = h.get(f"release:{kind.value}")
+        if raw:
+            data = json.loads(raw)
+            releases.append(Release(kind, data["released_at"], int(data["controller_epoch"])))
+    return tuple(releases)
+
+
+def _releases_hash(releases: tuple[Release, ...]) -> dict[str, str]:
+    return {
+        f"release:{r.kind.value}": json.dumps(
+            {"released_at": r.released_at, "controller_epoch": r.controller_epoch}
+        )
+        for r in releases
+    }
+
+
+def _final_capture(h: codec.Hash) -> bool:
+    return h.get("lost_tail") == NO_LOST_TAIL
+
+
+def _lost_tail_hash(final_capture: bool) -> dict[str, str]:
+    return {"lost_tail": NO_LOST_TAIL} if final_capture else {}
+
+
 @dataclasses.dataclass(frozen=True)
-class Fence:
+class Fence(codec.Hashed):
     """The one fence record of a lost attempt."""
 
     execution_id: ExecutionId
@@ -421,8 +314,12 @@ class Fence:
     fenced_at: str
     task_id: str
     task_generation: int
-    releases: tuple[Release, ...]
-    final_capture: bool = False
+    releases: tuple[Release, ...] = dataclasses.field(
+        metadata=codec.meta(encode=_releases_hash, decode=_releases)
+    )
+    final_capture: bool = dataclasses.field(
+        default=False, metadata=codec.meta(encode=_lost_tail_hash, decode=_final_capture)
+    )
     """The sidecar's final capture was reported before the fence: no lost tail."""
 
     @property
@@ -446,30 +343,6 @@ class Fence:
 
     def released(self, kind: ReleaseKind) -> bool:
         return any(r.kind is kind for r in self.releases)
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> Fence:
-        releases = []
-        for kind in ReleaseKind:
-            raw = h.get(f"release:{kind.value}")
-            if raw:
-                data = json.loads(raw)
-                releases.append(Release(kind, data["released_at"], int(data["controller_epoch"])))
-        return cls(
-            execution_id=ExecutionId(h["execution_id"]),
-            swarm=h["swarm"],
-            generation=int(h["generation"]),
-            seat=SeatName(h["seat"]),
-            reason=h["reason"],
-            controller_epoch=int(h["controller_epoch"]),
-            native_session_id=_s(h, "native_session_id"),
-            archive_watermark=_i(h, "archive_watermark"),
-            fenced_at=h["fenced_at"],
-            task_id=h["task_id"],
-            task_generation=int(h["task_generation"]),
-            releases=tuple(releases),
-            final_capture=h.get("lost_tail") == NO_LOST_TAIL,
-        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -509,7 +382,7 @@ class Offer:
 
 
 @dataclasses.dataclass(frozen=True)
-class Decision:
+class Decision(codec.Hashed):
     """The decision for one fenced attempt: pending, then accepted once.
 
     `offer_key` is the compatibility key (the controller's worker image tag) the recorded offer
@@ -524,29 +397,12 @@ class Decision:
     source: DecisionSource | None = None
     agent: str | None = None
     directive: directives.Directive | None = None
-    replacement_execution_id: ExecutionId | None = None
+    replacement_execution_id: ExecutionId | None = dataclasses.field(
+        default=None, metadata=codec.meta(name="replacement")
+    )
     replacement_generation: int | None = None
     decided_at: str | None = None
-    offer_key: str | None = None
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> Decision:
-        offer = _s(h, "offer")
-        choice, source, repl = _s(h, "choice"), _s(h, "source"), _s(h, "replacement")
-        return cls(
-            execution_id=ExecutionId(h["execution_id"]),
-            state=DecisionState(h["state"]),
-            offer=Offer.from_json(json.loads(offer)) if offer else None,
-            controller_epoch=int(h["controller_epoch"]),
-            choice=Choice(choice) if choice else None,
-            source=DecisionSource(source) if source else None,
-            agent=_s(h, "agent"),
-            directive=_directive(h) if h.get("directive.recovery") else None,
-            replacement_execution_id=ExecutionId(repl) if repl else None,
-            replacement_generation=_i(h, "replacement_generation"),
-            decided_at=_s(h, "decided_at"),
-            offer_key=h.get("offer_key"),
-        )
+    offer_key: str | None = dataclasses.field(default=None, metadata=codec.meta(blank=True))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -564,7 +420,7 @@ class Decision:
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome:
+class Outcome(codec.Hashed):
     """A restore outcome as the controller stored it."""
 
     execution_id: ExecutionId
@@ -575,31 +431,6 @@ class Outcome:
     archive_watermark: int | None
     verified: bool
     reported_at: str
-
-    def to_hash(self) -> dict[str, str]:
-        out: dict[str, str] = {}
-        _put(out, "execution_id", self.execution_id)
-        _put(out, "recovery", self.recovery.value)
-        _put(out, "checkpoint_id", self.checkpoint_id)
-        _put(out, "session_id", self.session_id)
-        _put(out, "watermark", self.watermark)
-        _put(out, "archive_watermark", self.archive_watermark)
-        _put(out, "verified", self.verified)
-        _put(out, "reported_at", self.reported_at)
-        return out
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> Outcome:
-        return cls(
-            execution_id=ExecutionId(h["execution_id"]),
-            recovery=directives.Continuity(h["recovery"]),
-            checkpoint_id=_s(h, "checkpoint_id"),
-            session_id=_s(h, "session_id"),
-            watermark=_i(h, "watermark"),
-            archive_watermark=_i(h, "archive_watermark"),
-            verified=_b(h, "verified"),
-            reported_at=h["reported_at"],
-        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -615,29 +446,16 @@ class Outcome:
 
 
 @dataclasses.dataclass(frozen=True)
-class Task:
+class Task(codec.Hashed):
     """A ledger row."""
 
     task_id: str
     seat: SeatName
-    text: str
-    awaiting: str
+    text: str = dataclasses.field(metadata=codec.meta(missing=""))
+    awaiting: str = dataclasses.field(metadata=codec.meta(missing=""))
     recovery: Mapping[str, Any] | None
-    task_generation: int
+    task_generation: int = dataclasses.field(metadata=codec.meta(missing=1))
     held: bool
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> Task:
-        recovery = _s(h, "recovery")
-        return cls(
-            task_id=h["task_id"],
-            seat=SeatName(h["seat"]),
-            text=h.get("text", ""),
-            awaiting=h.get("awaiting", ""),
-            recovery=json.loads(recovery) if recovery else None,
-            task_generation=int(h.get("task_generation", "1")),
-            held=_b(h, "held"),
-        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -693,9 +511,13 @@ class Project:
     def to_json(self) -> dict[str, str]:
         return {"name": self.name, "repository": self.repository}
 
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Project:
+        return cls(raw["name"], raw["repository"])
+
 
 @dataclasses.dataclass(frozen=True)
-class SwarmConfig:
+class SwarmConfig(codec.Hashed):
     """What every attempt of the swarm launches with (from the swarm document)."""
 
     swarm: str
@@ -706,33 +528,10 @@ class SwarmConfig:
     restore_automation: bool
     checkpoint_remote: bool
     continuation_prompt: str = ""
-    """The prompt a natively resumed worker continues with; empty: the restorer's default."""
+    """The prompt a natively resumed worker continues with; empty: the restorer's default.
+    Absent from configs written before the field existed."""
 
-    def to_hash(self) -> dict[str, str]:
-        return {
-            "swarm": self.swarm,
-            "worker_image": self.worker_image,
-            "harness": self.harness,
-            "command": json.dumps(list(self.command)),
-            "projects": json.dumps([p.to_json() for p in self.projects]),
-            "restore_automation": "1" if self.restore_automation else "0",
-            "checkpoint_remote": "1" if self.checkpoint_remote else "0",
-            "continuation_prompt": self.continuation_prompt,
-        }
-
-    @classmethod
-    def from_hash(cls, h: Hash) -> SwarmConfig:
-        return cls(
-            swarm=h["swarm"],
-            worker_image=h["worker_image"],
-            harness=h["harness"],
-            command=tuple(json.loads(h["command"])),
-            projects=tuple(Project(p["name"], p["repository"]) for p in json.loads(h["projects"])),
-            restore_automation=_b(h, "restore_automation"),
-            checkpoint_remote=_b(h, "checkpoint_remote"),
-            # Absent from configs written before the field existed.
-            continuation_prompt=h.get("continuation_prompt", ""),
-        )
+    keep_empty: ClassVar[bool] = True
 
 
 # Principals: who is calling, as the API layer authenticated them.

@@ -1,0 +1,262 @@
+"""One codec for every record kept as a Redis hash: dataclass fields <-> text hash fields.
+
+Pure: no Redis here. In Redis every record is a hash of text fields (a missing field is
+absent), so a Lua script can read and set one field without decoding a document. How a field is
+written follows from its type; the few exceptions are named in its metadata (`meta`):
+
+- `str` (and identifier `NewType`s) as is; `int` in decimal; `bool` as `1`/`0`; a `StrEnum` as
+  its value; an optional field absent when None (an empty value reads back as None);
+- a `Directive` flattened into `directive.recovery`, `directive.checkpoint_id`, … (checked
+  first: a directive whose fields disagree is never written);
+- anything else (tuples, mappings, JSON records with `to_json`/`from_json`) as JSON.
+
+Empty values are left out of the hash (a record's absent field and empty field read alike),
+unless the record keeps them (`Hashed`'s `keep_empty`). These are the encodings the Lua scripts
+read and write, so they are the stored format: change none of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import types
+import typing
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self
+
+from services.common import directives
+
+Hash = Mapping[str, str]
+
+_META = "hash_codec"
+
+_NO_VALUE: Any = object()
+"""No `missing` value: a hash without the field is read as the field's type says."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How one dataclass field is kept in a hash (see `meta`)."""
+
+    name: str | None = None
+    missing: Any = _NO_VALUE
+    blank: bool = False
+    encode: Callable[[Any], Mapping[str, str]] | None = None
+    decode: Callable[[Hash], Any] | None = None
+    sort_keys: bool = False
+
+
+def meta(
+    *,
+    name: str | None = None,
+    missing: Any = _NO_VALUE,
+    blank: bool = False,
+    encode: Callable[[Any], Mapping[str, str]] | None = None,
+    decode: Callable[[Hash], Any] | None = None,
+    sort_keys: bool = False,
+) -> dict[str, Spec]:
+    """The metadata of a record field kept in its hash other than by its type alone
+    (`dataclasses.field(metadata=codec.meta(...))`).
+
+    Args:
+        name: The hash field, when it is not the dataclass field's name.
+        missing: The value when the hash lacks the field (a record written before it existed).
+        blank: An empty value is written and reads back as the empty string, not None.
+        encode: Writes the value as hash fields (any number of them).
+        decode: Reads the value from the whole hash.
+        sort_keys: JSON written with sorted keys.
+    """
+    return {_META: Spec(name, missing, blank, encode, decode, sort_keys)}
+
+
+def text_hash(raw: Mapping[bytes | str, bytes | str]) -> dict[str, str]:
+    """A hash as redis-py returns it (bytes or text) with text keys and values."""
+    try:
+        # A bytes client's answer (the controller's): every key and value is bytes.
+        return {k.decode(): v.decode() for k, v in raw.items()}  # type: ignore[union-attr]
+    except AttributeError:
+        return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def directive_fields(d: directives.Directive) -> dict[str, str]:
+    """A directive as flat execution fields, checked first: a disagreeing one is never written."""
+    directives.checked(d)
+    out: dict[str, str] = {"directive.recovery": d.recovery.value}
+    for name, value in (
+        ("checkpoint_id", d.checkpoint_id),
+        ("session_id", d.session_id),
+        ("watermark", d.watermark),
+    ):
+        if value is not None and value != "":
+            out[f"directive.{name}"] = str(value)
+    return out
+
+
+def directive(h: Hash) -> directives.Directive:
+    """The directive an execution's flat fields hold (fresh when they hold none)."""
+    watermark = h.get("directive.watermark")
+    return directives.checked(
+        directives.Directive(
+            checkpoint_id=h.get("directive.checkpoint_id") or None,
+            recovery=directives.Continuity(h.get("directive.recovery") or "fresh"),
+            session_id=h.get("directive.session_id") or None,
+            watermark=int(watermark) if watermark else None,
+        )
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+    attr: str
+    key: str
+    kind: Any
+    optional: bool
+    spec: Spec
+    default: Any
+
+
+def _unwrap(hint: Any) -> tuple[Any, bool]:
+    """The type a hint names, and whether None is allowed."""
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return hint, False
+
+
+def _base(kind: Any) -> Any:
+    while hasattr(kind, "__supertype__"):  # a NewType
+        kind = kind.__supertype__
+    return kind
+
+
+_FIELDS: dict[type, tuple[_Field, ...]] = {}
+
+
+def _fields(cls: type) -> tuple[_Field, ...]:
+    """How each field of a record class is kept (worked out once per class)."""
+    if cls in _FIELDS:
+        return _FIELDS[cls]
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get(_META, Spec())
+        kind, optional = _unwrap(hints[f.name])
+        out.append(_Field(f.name, spec.name or f.name, _base(kind), optional, spec, f.default))
+    _FIELDS[cls] = tuple(out)
+    return _FIELDS[cls]
+
+
+def encode(record: Any, *, keep_empty: bool = False) -> dict[str, str]:
+    """A record's hash fields."""
+    out: dict[str, str] = {}
+    for f in _fields(type(record)):
+        value = getattr(record, f.attr)
+        if f.spec.encode is not None:
+            out.update(f.spec.encode(value))
+        elif f.kind is directives.Directive:
+            if value is not None:
+                out.update(directive_fields(value))
+        elif value is None or (value == "" and not (keep_empty or f.spec.blank)):
+            continue
+        else:
+            out[f.key] = _encoded(f, value)
+    return out
+
+
+def _encoded(f: _Field, value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, enum.Enum):
+        return str(value.value)
+    if isinstance(value, str | int):
+        return str(value)
+    return json.dumps(_jsonable(value), sort_keys=f.spec.sort_keys)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, tuple | list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+def decode(cls: type[Any], h: Hash) -> Any:
+    """A record read from its hash fields.
+
+    Raises:
+        KeyError: a field the record cannot do without is missing.
+        ValueError: a field does not hold what its type allows.
+    """
+    return cls(**{f.attr: _decoded(f, h) for f in _fields(cls)})
+
+
+def _decoded(f: _Field, h: Hash) -> Any:
+    if f.spec.decode is not None:
+        return f.spec.decode(h)
+    if f.kind is directives.Directive:
+        if f.optional and not h.get("directive.recovery"):
+            return None
+        return directive(h)
+    raw = h.get(f.key)
+    if raw is None or raw == "":
+        return _absent(f, raw)
+    if f.kind is bool:
+        return raw == "1"
+    if f.kind is str:
+        return raw
+    if f.kind is int:
+        return int(raw)
+    if isinstance(f.kind, type) and issubclass(f.kind, enum.Enum):
+        return f.kind(raw)
+    return _from_json(f.kind, json.loads(raw))
+
+
+def _absent(f: _Field, raw: str | None) -> Any:
+    """A field the hash lacks (None) or holds empty ("")."""
+    if raw == "" and f.kind is str and (f.spec.blank or not f.optional):
+        return raw
+    if f.optional:
+        return None
+    if f.spec.missing is not _NO_VALUE:
+        return f.spec.missing
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.kind is bool:
+        return False
+    if raw is None:
+        raise KeyError(f.key)
+    raise ValueError(f"{f.key} is empty")
+
+
+def _from_json(kind: Any, loaded: Any) -> Any:
+    origin = typing.get_origin(kind)
+    if origin is tuple:
+        item = typing.get_args(kind)[0]
+        return tuple(_from_json(item, v) for v in loaded)
+    if hasattr(kind, "from_json"):
+        return kind.from_json(loaded)
+    return loaded
+
+
+class Hashed:
+    """A record kept as a Redis hash through this codec (see the module)."""
+
+    keep_empty: ClassVar[bool] = False
+    """Write empty text fields too (a record whose every field is always present)."""
+
+    def to_hash(self) -> dict[str, str]:
+        return encode(self, keep_empty=self.keep_empty)
+
+    @classmethod
+    def from_hash(cls, h: Hash) -> Self:
+        decoded: Self = decode(cls, h)
+        return decoded
