@@ -10,7 +10,7 @@ from typing import Any
 
 from services.common import directives
 from services.controller import releasing, replacing, telemetry
-from services.controller.state import reading, records, writing
+from services.controller.state import reading, records, transitions, writing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Admission:
     """The answer of `admit`: the script's status, the decision as recorded afterwards, and
     when accepted now the replacement and its seat as written."""
 
-    status: str
+    status: transitions.AcceptStatus
     decision: records.Decision | None
     replacement: records.Execution | None = None
     seat: records.Seat | None = None
@@ -128,7 +128,7 @@ async def admit(
         )
 
     accepted = await accept()
-    if accepted.status == "releasing":
+    if accepted.status is transitions.AcceptStatus.RELEASING:
         fence = await releasing.release_authority(ctx, fence)
         accepted = await accept()
     decided = (

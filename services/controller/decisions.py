@@ -23,7 +23,7 @@ from services.controller import (
     replacing,
     telemetry,
 )
-from services.controller.state import keys, reading, records, scripting
+from services.controller.state import housekeeping, keys, reading, records, scripting, transitions
 
 log = logging.getLogger("services.controller.decisions")
 
@@ -160,8 +160,9 @@ async def choose(
         request_field=request_field,
     )
     decided = admission.decision
-    if admission.status in ("accepted", "repeated") and decided is not None:
-        return Result(decided, repeated=admission.status == "repeated")
+    accepted = (transitions.AcceptStatus.ACCEPTED, transitions.AcceptStatus.REPEATED)
+    if admission.status in accepted and decided is not None:
+        return Result(decided, repeated=admission.status is transitions.AcceptStatus.REPEATED)
     raise errors.Refused(deciding.NOT_PENDING)
 
 
@@ -220,7 +221,8 @@ async def request_restore_decision(
         credential_sha256=chooser.credential_sha256,
         requested_at=ctx.writer.now(),
     )
-    return Recorded(execution, choice, await ctx.writer.record_request(request))
+    recorded = await ctx.writer.record_request(request)
+    return Recorded(execution, choice, recorded is housekeeping.RequestStatus.RECORDED)
 
 
 async def apply_requests(

@@ -13,7 +13,7 @@ import logging
 from services.common import logs
 from services.controller import releasing, replacing, witnesses
 from services.controller.pods import runtime as pods
-from services.controller.state import reading, records
+from services.controller.state import reading, records, transitions
 
 log = logging.getLogger("services.controller.replacing")
 
@@ -99,7 +99,7 @@ async def launch_replacing(
     status = await ctx.writer.launched(
         execution, seat, removed=fence.execution_id if removed and fence else None, at=at
     )
-    if status == "launched":
+    if status is transitions.LaunchedStatus.LAUNCHED:
         # Logged by the call that recorded it: a pass racing the apply (or the watch) that
         # launched the same attempt finds it recorded (`already`) and says nothing.
         logs.event(
@@ -112,7 +112,7 @@ async def launch_replacing(
         )
     if removed and fence is not None:
         fence = releasing.recorded(ctx, fence, [records.ReleaseKind.POD], at)
-    return status == "launched", fence
+    return status is transitions.LaunchedStatus.LAUNCHED, fence
 
 
 async def launch_or_defer(

@@ -14,7 +14,7 @@ import dataclasses
 
 from services.common import directives, errors
 from services.controller import authorizing, policy, replacing, telemetry
-from services.controller.state import reading, records
+from services.controller.state import reading, records, transitions
 
 MISMATCH = "the reported {field} differs from the accepted directive"
 CONFLICT = "a different outcome was already stored for this attempt"
@@ -30,11 +30,12 @@ class Reported:
 
 
 def _status_refusal(reply_status: str, field: str | None = None) -> errors.Refusal:
-    if reply_status == "forbidden":
+    # Outcome and refusal scripts answer the same words for the same refusals.
+    if reply_status == transitions.OutcomeStatus.FORBIDDEN:
         return errors.ForbiddenScope()
-    if reply_status == "not_replacement":
+    if reply_status == transitions.OutcomeStatus.NOT_REPLACEMENT:
         return errors.Refused("not_a_replacement", NOT_REPLACEMENT)
-    if reply_status == "mismatch":
+    if reply_status == transitions.OutcomeStatus.MISMATCH:
         return errors.Refused("outcome_mismatch", MISMATCH.format(field=field or "outcome"))
     return errors.Refused("outcome_conflict", CONFLICT)
 
@@ -63,7 +64,7 @@ async def report_restore(
     own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
     held, cred = own.execution, own.credential
     if held.restores_from_execution is None:
-        raise _status_refusal("not_replacement")
+        raise _status_refusal(transitions.OutcomeStatus.NOT_REPLACEMENT)
     fence = await reading.fence(ctx.client, ctx.swarm, held.restores_from_execution)
     outcome = records.Outcome(
         execution_id=held.execution_id,
@@ -87,16 +88,15 @@ async def report_restore(
         watermark=watermark,
         archive_watermark=outcome.archive_watermark,
     )
-    reply = await ctx.writer.outcome(
+    stored = await ctx.writer.outcome(
         held, held.task_id, cred.credential_id, outcome, task_recovery, detail
     )
-    status = reply["status"]
-    if status == "stored":
+    if stored.status is transitions.OutcomeStatus.STORED:
         return Reported(outcome, repeated=False)
-    if status == "repeated":
-        stored = await reading.outcome(ctx.client, ctx.swarm, held.execution_id)
-        return Reported(stored or outcome, repeated=True)
-    raise _status_refusal(status, reply.get("field"))
+    if stored.status is transitions.OutcomeStatus.REPEATED:
+        kept = await reading.outcome(ctx.client, ctx.swarm, held.execution_id)
+        return Reported(kept or outcome, repeated=True)
+    raise _status_refusal(stored.status, stored.field)
 
 
 async def report_refusal(ctx: replacing.Context, caller: records.Principal, reason: str) -> None:
@@ -122,7 +122,7 @@ async def report_refusal(ctx: replacing.Context, caller: records.Principal, reas
         raise errors.Malformed("malformed_refusal", "a refusal names a reason of the spec")
     detail = telemetry.detail(outcome="refused", reason=reason)
     status = await ctx.writer.refusal(held, cred.credential_id, reason, detail)
-    if status != "stored":
+    if status is not transitions.RefusalStatus.STORED:
         raise _status_refusal(status)
 
 
@@ -157,7 +157,7 @@ async def report_capture(
         checkpoint_id,
         final,
     )
-    if status != "captured":
+    if status is not transitions.CaptureStatus.CAPTURED:
         raise errors.ForbiddenScope()
 
 

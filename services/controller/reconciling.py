@@ -68,7 +68,15 @@ from services.controller import (
 )
 from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
-from services.controller.state import keys, leasing, reading, records, writing
+from services.controller.state import (
+    housekeeping,
+    keys,
+    leasing,
+    reading,
+    records,
+    transitions,
+    writing,
+)
 
 log = logging.getLogger("services.controller.recovery")
 
@@ -108,7 +116,9 @@ class Reconciler:
         # A Pod newer than the records know of the seat: write its decision back first, then
         # work the seat as the lost writes had left it.
         witnessed = seen.witnessed
-        if witnessed is not None and await witnessing.restore(self.ctx, witnessed) == "restored":
+        if witnessed is not None and (
+            await witnessing.restore(self.ctx, witnessed) == transitions.RestoreStatus.RESTORED
+        ):
             report.restored.append(witnessed.execution_id)
             seat, read = await reading.seat(self.client, self.swarm, name), True
         decided = None
@@ -234,16 +244,16 @@ class Reconciler:
         if refused:
             # Held for the master or operator (the script checks again, atomically).
             report.held.append(attempt.execution_id)
-            return writing.Fenced("restore_refused")
+            return writing.Fenced(transitions.FenceStatus.RESTORE_REFUSED)
         fenced = await self.writer.fence_returning(
             name, attempt.execution_id, attempt.generation, str(attempt.failure), authority=True
         )
         status = fenced.status
-        if status == "fenced":
+        if status is transitions.FenceStatus.FENCED:
             report.fenced.append(attempt.execution_id)
-        elif status == "restore_refused":
+        elif status is transitions.FenceStatus.RESTORE_REFUSED:
             report.held.append(attempt.execution_id)
-        elif status == "not_current":
+        elif status is transitions.FenceStatus.NOT_CURRENT:
             logs.event(
                 log,
                 "fence_refused",
@@ -263,11 +273,11 @@ class Reconciler:
         """Count a pass without the seat's expected attempt in the list; the attempt to fence
         (evicted) once the count is reached, or None (counted, relaunched or stale)."""
         eid = seat.current_execution_id
-        reply = await self.writer.absent(seat, eid, seat.generation, MISSING_PASSES)
-        status = reply["status"]
-        if status == "stale":
+        counted = await self.writer.absent(seat, eid, seat.generation, MISSING_PASSES)
+        status = counted.status
+        if status is housekeeping.AbsentStatus.STALE:
             return None
-        if status == "relaunch":
+        if status is housekeeping.AbsentStatus.RELAUNCH:
             report.relaunched.append(eid)
             return None
         report.missing.append(eid)
@@ -278,10 +288,10 @@ class Reconciler:
             swarm=self.swarm,
             seat=seat.seat,
             execution_id=eid,
-            passes=reply.get("passes", passes + 1),
+            passes=passes + 1 if counted.passes is None else counted.passes,
             threshold=MISSING_PASSES,
         )
-        if status != "evict":
+        if status is not housekeeping.AbsentStatus.EVICT:
             return None
         return pods.Attempt(
             swarm=self.swarm,
@@ -320,17 +330,18 @@ class Reconciler:
                 config=config,
                 read_back=False,
             )
-            if admission.status == "accepted":
+            if admission.status is transitions.AcceptStatus.ACCEPTED:
                 report.accepted.append(fence.execution_id)
                 return admission
-            if admission.status != "paused":
+            if admission.status is not transitions.AcceptStatus.PAUSED:
                 return admission
         detail = telemetry.detail(
             decision=records.RECOVERY_PENDING,
             reason=fence.reason,
             offer=plan.offer.to_json() if plan.offer else None,
         )
-        if await self.writer.pend(fence, plan.offer, detail, self.ctx.worker_image) == "pending":
+        pended = await self.writer.pend(fence, plan.offer, detail, self.ctx.worker_image)
+        if pended is transitions.PendStatus.PENDING:
             report.pending.append(fence.execution_id)
         return None
 

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from services.common import errors, logs
 from services.controller import replacing
 from services.controller.pods import runtime as pods
-from services.controller.state import reading, records
+from services.controller.state import reading, records, transitions
 
 log = logging.getLogger("services.controller.replacing")
 
@@ -34,9 +34,9 @@ async def release_authority(ctx: replacing.Context, fence: records.Fence) -> rec
     eid = fence.execution_id
     at = ctx.writer.now()
     status = await ctx.writer.release(eid, todo, at=at)
-    if status == "released":
+    if status is transitions.ReleaseStatus.RELEASED:
         return recorded(ctx, fence, todo, at)
-    if status == "execution_missing":
+    if status is transitions.ReleaseStatus.EXECUTION_MISSING:
         raise errors.NotFound("execution_missing", "the fenced attempt has no record")
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 
@@ -60,7 +60,8 @@ async def remove_pod(ctx: replacing.Context, fence: records.Fence) -> records.Fe
     if not await remove(ctx, eid):
         return fence
     at = ctx.writer.now()
-    if await ctx.writer.release(eid, [records.ReleaseKind.POD], at=at) == "released":
+    released = await ctx.writer.release(eid, [records.ReleaseKind.POD], at=at)
+    if released is transitions.ReleaseStatus.RELEASED:
         return recorded(ctx, fence, [records.ReleaseKind.POD], at)
     return await reading.fence(ctx.client, ctx.swarm, eid) or fence
 

@@ -211,12 +211,13 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
             }
         )
         task_keys.append(keys.task(ctx.swarm, spec.task_id))
-    admitted, updated = await ctx.writer.apply_swarm(
+    applied = await ctx.writer.apply_swarm(
         document.config.to_hash(), document.masters, document.accounts, seats, task_keys
     )
     # An index for readers that only know an execution id; not recovery state.
     await ctx.client.sadd(keys.SWARMS, ctx.swarm)
     limit = asyncio.Semaphore(CONCURRENT_LAUNCHES)
+    admitted, updated = applied.admitted, applied.updated
     new = await reading.executions(ctx.client, ctx.swarm, admitted)
     seats_now = {
         s.seat: s for s in await reading.seats(ctx.client, ctx.swarm, [e.seat for e in new])

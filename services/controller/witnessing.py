@@ -16,7 +16,7 @@ import logging
 from services.common import logs
 from services.controller import admitting, replacing, telemetry, witnesses
 from services.controller.pods import runtime as pods
-from services.controller.state import reading
+from services.controller.state import reading, transitions
 
 log = logging.getLogger("services.controller.recovery")
 
@@ -51,7 +51,7 @@ async def restore(ctx: replacing.Context, attempt: pods.Attempt) -> str:
     # checks again, atomically).
     seat = await reading.seat(ctx.client, ctx.swarm, attempt.seat)
     if seat is not None and seat.generation >= replacement.generation:
-        return "known"
+        return transitions.RestoreStatus.KNOWN
     fence = witnesses.replaced_fence(replacement)
     decision = witnesses.decision_fields(replacement)
     recovery = admitting.task_recovery_accepted(fence, decision, replacement.directive, replacement)
@@ -66,18 +66,21 @@ async def restore(ctx: replacing.Context, attempt: pods.Attempt) -> str:
         directive=replacement.directive.to_json(),
         replacement_execution_id=replacement.execution_id,
     )
-    status, seat_generation = await ctx.writer.restore(
+    restored = await ctx.writer.restore(
         replacement,
         fence=witnesses.fence_fields(replacement),
         decision=decision,
         task_recovery=recovery,
         detail=detail,
     )
-    if status == "known":
+    status, seat_generation = restored.status, restored.expected_generation
+    if status is transitions.RestoreStatus.KNOWN:
         return status
     logs.event(
         log,
-        "decision_restored" if status == "restored" else "decision_not_restored",
+        "decision_restored"
+        if status is transitions.RestoreStatus.RESTORED
+        else "decision_not_restored",
         logging.WARNING,
         swarm=ctx.swarm,
         seat=attempt.seat,

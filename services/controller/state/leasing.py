@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
+from typing import TypeVar
 
 from services.common import logs, redis_link
-from services.controller.state import keys, scripting
+from services.controller.state import housekeeping, keys, scripting
+
+S = TypeVar("S", bound=enum.StrEnum)
 
 log = logging.getLogger("services.controller.lease")
 
@@ -62,6 +66,12 @@ class Lease:
         """The lease key and the epoch key (the first two keys of every guarded script)."""
         return keys.lease(self.swarm), keys.epoch(self.swarm)
 
+    async def run(self, call: scripting.Call[S]) -> scripting.Reply[S]:
+        """Run a guarded script under this lease (see `scripting.Scripts.run`)."""
+        return await self.scripts.run(
+            call, holder=self.holder, epoch=self.epoch, lease_keys=self.keys
+        )
+
     def is_held(self) -> bool:
         """This controller's local view: acquired and renewed within the last TTL."""
         return self.epoch is not None and time.monotonic() < self._valid_until
@@ -69,9 +79,12 @@ class Lease:
     async def acquire(self) -> bool:
         """Try once to take the lease; True when this controller now holds it (new epoch)."""
         started = time.monotonic()
-        epoch = await self.scripts.acquire(*self.keys, self.holder, self.ttl_ms)
-        if epoch is None:
+        acquired = await self.scripts.read(
+            housekeeping.LeaseAcquire(*self.keys, holder=self.holder, ttl_ms=self.ttl_ms)
+        )
+        if acquired is None:
             return False
+        epoch = int(acquired)
         resumed = epoch == self.epoch
         self.epoch = epoch
         self._valid_until = started + self.ttl_ms / 1000
@@ -91,13 +104,7 @@ class Lease:
         """Extend the lease while it still names this holder and epoch; False once lost."""
         started = time.monotonic()
         try:
-            await self.scripts.run(
-                "lease_renew",
-                holder=self.holder,
-                epoch=self.epoch,
-                keys=self.keys,
-                args=[self.ttl_ms],
-            )
+            await self.run(housekeeping.LeaseRenew(ttl_ms=self.ttl_ms))
         except scripting.LeaseLost:
             self._mark_lost()
             return False
@@ -107,9 +114,7 @@ class Lease:
     async def release(self) -> None:
         """Give the lease up (on a clean stop) so a standby takes over at once."""
         with contextlib.suppress(scripting.LeaseLost):
-            await self.scripts.run(
-                "lease_release", holder=self.holder, epoch=self.epoch, keys=self.keys, args=[]
-            )
+            await self.run(housekeeping.LeaseRelease())
         self._mark_lost()
 
     def _mark_lost(self) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 from services.common import redis_link, tokens
 from services.controller import deciding
-from services.controller.state import keys, records, scripting
+from services.controller.state import housekeeping, keys, records, scripting
 
 PENDING_CONTINUITY = "pending"
 """A card's continuity until the replacement reports its outcome."""
@@ -102,16 +102,17 @@ async def before_listing(
     pass of each every few seconds, a storm's worth of seats in each: one round trip instead of
     a pipeline per step, and the seats with nothing to do are not sent back."""
     raw_expected, members, awaiting, raw_seats, raw_requests = await scripts.read(
-        "pass_reads",
-        keys=[keys.expected(swarm), keys.attention(swarm), keys.requests(swarm)],
-        args=[
-            keys.seat(swarm, ""),
-            keys.fence(swarm, ""),
-            keys.decision(swarm, ""),
-            keys.execution(swarm, ""),
-            json.dumps(sorted(skip)),
-            json.dumps([f"release:{kind.value}" for kind in records.ReleaseKind]),
-        ],
+        housekeeping.PassReads(
+            expected=keys.expected(swarm),
+            attention=keys.attention(swarm),
+            requests=keys.requests(swarm),
+            seat_prefix=keys.seat(swarm, ""),
+            fence_prefix=keys.fence(swarm, ""),
+            decision_prefix=keys.decision(swarm, ""),
+            execution_prefix=keys.execution(swarm, ""),
+            skip=sorted(skip),
+            release_fields=[f"release:{kind.value}" for kind in records.ReleaseKind],
+        )
     )
     seats: dict[str, records.Seat] = {}
     for flat in raw_seats:

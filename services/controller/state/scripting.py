@@ -1,6 +1,11 @@
 """The one Redis script runner: every mutation of recovery state is one Lua script run here.
 
-Scripts live in `scripts/*.lua`, one per transition. Every mutating script is prefixed with
+Scripts live in `scripts/*.lua`, one per transition. Each is declared once on this side
+(`transitions`) as a `Call`: a frozen dataclass whose fields name the script's keys (`Key`) and
+arguments (`Arg`) in the order the script reads them, and whose type parameter is the enum of
+the statuses it answers. `Call.keys` and `Call.args` build KEYS and ARGV from it; nothing else
+indexes them, and a test compares each declaration with the `KEYS[n]`/`ARGV[n]` its script
+reads. Every mutating script is prefixed with
 `_prelude.lua`, which checks that the lease still names this holder and epoch before anything
 else and otherwise writes nothing and returns `lease_lost`; the runner turns that into
 `LeaseLost`. Scripts are loaded once (SCRIPT LOAD) and called by hash (EVALSHA) through
@@ -14,13 +19,15 @@ variables are set: the end-to-end crash test SIGKILLs a controller process at an
 from __future__ import annotations
 
 import dataclasses
+import enum
 import importlib.resources
 import json
 import logging
 import os
 import signal
+import typing
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Annotated, Any, ClassVar, Final, Generic, TypeVar
 
 from redis.commands.core import AsyncScript
 
@@ -57,6 +64,121 @@ SCRIPT_NAMES: Final = (
     "restore",
     "pass_reads",
 )
+
+
+S = TypeVar("S", bound=enum.StrEnum)
+T = TypeVar("T")
+
+
+class _Role(enum.Enum):
+    KEY = "key"
+    KEYS = "keys"
+    ARG = "arg"
+
+
+Key = Annotated[str, _Role.KEY]
+"""A field of a `Call` that is one of the script's keys."""
+Keys = Annotated[tuple[str, ...], _Role.KEYS]
+"""The last key field of a `Call` whose script takes any number of keys after its own."""
+Arg = Annotated[T, _Role.ARG]
+"""A field of a `Call` that is one of the script's arguments. How it is sent follows from its
+value: text and numbers as they are, a boolean as `1`/`0`, None as `''`, anything else as
+JSON."""
+
+
+def _roles(cls: type) -> tuple[tuple[str, _Role], ...]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out = []
+    for f in dataclasses.fields(cls):
+        roles = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, _Role)]
+        if len(roles) != 1:
+            raise TypeError(f"{cls.__name__}.{f.name} is neither a Key, Keys nor an Arg")
+        out.append((f.name, roles[0]))
+    return tuple(out)
+
+
+def _argument(value: Any) -> str | int:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if value is None:
+        return ""
+    if isinstance(value, str | int):
+        return value
+    return json.dumps(value)
+
+
+class Declared:
+    """A script's declaration: its fields are its keys and arguments (see the module).
+
+    Subclasses are frozen dataclasses, declared with the script's file name
+    (`class Fence(Call[FenceStatus], script="fence")`).
+    """
+
+    script: ClassVar[str]
+    guarded: ClassVar[bool] = True
+    """Run under the lease: KEYS[1..2] and ARGV[1..2] are the lease's, the declared ones
+    follow."""
+
+    def __init_subclass__(cls, *, script: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if script:
+            cls.script = script
+
+    @classmethod
+    def key_names(cls) -> tuple[str, ...]:
+        """The declared keys, in KEYS order (a `Keys` field last, standing for any number)."""
+        return tuple(name for name, role in _roles(cls) if role is not _Role.ARG)
+
+    @classmethod
+    def arg_names(cls) -> tuple[str, ...]:
+        """The declared arguments, in ARGV order."""
+        return tuple(name for name, role in _roles(cls) if role is _Role.ARG)
+
+    @classmethod
+    def takes_more_keys(cls) -> bool:
+        return any(role is _Role.KEYS for _, role in _roles(cls))
+
+    def keys(self) -> list[str]:
+        """KEYS as the script reads them after the lease's."""
+        out: list[str] = []
+        for name, role in _roles(type(self)):
+            if role is _Role.KEY:
+                out.append(getattr(self, name))
+            elif role is _Role.KEYS:
+                out.extend(getattr(self, name))
+        return out
+
+    def args(self) -> list[str | int]:
+        """ARGV as the script reads them after the lease's."""
+        return [_argument(getattr(self, name)) for name in self.arg_names()]
+
+
+class Call(Declared, Generic[S]):
+    """A guarded script: it answers a JSON reply whose `status` is one of `S`."""
+
+    @classmethod
+    def statuses(cls) -> type[enum.StrEnum]:
+        """The enum of the statuses the script answers (the class's type parameter)."""
+        for klass in cls.__mro__:
+            for base in getattr(klass, "__orig_bases__", ()):
+                if typing.get_origin(base) is Call:
+                    found: type[enum.StrEnum] = typing.get_args(base)[0]
+                    return found
+        raise TypeError(f"{cls.__name__} does not name its statuses")
+
+
+class Read(Declared):
+    """A script run without the lease: a read, or the acquisition that makes a holder."""
+
+    guarded = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Reply(Generic[S]):
+    """A guarded script's answer: its status and the rest of its JSON reply."""
+
+    status: S
+    fields: Mapping[str, Any]
 
 
 class LeaseLost(Exception):
@@ -180,47 +302,35 @@ class Scripts:
         }
         self.after_write = after_write
 
-    async def acquire(self, lease_key: str, epoch_key: str, holder: str, ttl_ms: int) -> int | None:
-        """Run the lease acquisition; the new epoch, or None when someone else holds it."""
-        result = await self._scripts["lease_acquire"](
-            keys=[lease_key, epoch_key], args=[holder, ttl_ms]
-        )
-        return None if result is None else int(result)
-
-    async def read(self, name: str, *, keys: Sequence[str], args: Sequence[str | int]) -> Any:
-        """Run a script that only reads (no lease needed, not a counted write); its raw
-        reply."""
-        return await self._scripts[name](keys=list(keys), args=list(args))
+    async def read(self, call: Read) -> Any:
+        """Run a script without the lease (not a counted write); its raw reply."""
+        return await self._scripts[call.script](keys=call.keys(), args=call.args())
 
     async def run(
-        self,
-        name: str,
-        *,
-        holder: str,
-        epoch: int | None,
-        keys: Sequence[str],
-        args: Sequence[str | int],
-    ) -> dict[str, Any]:
-        """Run a guarded script under the lease and return its decoded reply.
+        self, call: Call[S], *, holder: str, epoch: int | None, lease_keys: Sequence[str]
+    ) -> Reply[S]:
+        """Run a guarded script under the lease and return its typed reply.
 
         Args:
-            name: The script (a file name under `scripts/`, without `.lua`).
+            call: The script and its keys and arguments.
             holder: This controller's lease holder id.
             epoch: The epoch of its acquisition; None when it never acquired.
-            keys: The lease key, the epoch key, then the script's own keys.
-            args: The script's own arguments (after holder and epoch).
+            lease_keys: The lease key and the epoch key (KEYS[1] and KEYS[2]).
 
         Returns:
-            The script's JSON reply; lists that Lua left empty come back as `[]`.
+            The script's status and its JSON reply; lists that Lua left empty come back as
+            `[]`.
 
         Raises:
             LeaseLost: the lease no longer names this holder and epoch; nothing was written.
         """
+        name = call.script
         if epoch is None:
             raise LeaseLost(name)
+        keys = [*lease_keys, *call.keys()]
         failpoint = FAILPOINT if name not in _UNCOUNTED else None
         number = failpoint.before_write(name, keys[0]) if failpoint is not None else 0
-        raw = await self._scripts[name](keys=list(keys), args=[holder, epoch, *args])
+        raw = await self._scripts[name](keys=keys, args=[holder, epoch, *call.args()])
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         if text == LEASE_LOST:
             raise LeaseLost(name)
@@ -233,4 +343,5 @@ class Scripts:
             failpoint.after_write(number, name, keys[0], reply)
         if self.after_write is not None:
             self.after_write(name, reply)
-        return reply
+        status: S = typing.cast(S, call.statuses()(reply["status"]))
+        return Reply(status, reply)

@@ -1,49 +1,34 @@
 """Typed calls of the transition scripts: the only code that writes recovery state.
 
-Each method is one Lua script run under the lease (see `scripting`): it names every key it
-touches, passes the record fields the pure code built, and returns the script's status word.
+Each method is one Lua script run under the lease (see `scripting`), declared in `transitions`:
+it names every key it touches, passes the record fields the pure code built, and returns the
+script's typed answer: its status (a member of the script's status enum) when that is all the
+script answers, else a result with that `status` and the records the script sent back, decoded.
 A lost lease raises `scripting.LeaseLost` and nothing was written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
-import json
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from services.common import tokens
-from services.controller import telemetry
-from services.controller.state import keys, leasing, records
+from services.controller.state import bookkeeping, guarded, keys, records, reports, transitions
 
-Clock = Callable[[], float]
-
-WORKER_CREDENTIAL_TTL_S = 30 * 24 * 3600
-"""How long a worker credential lives; it is revoked as soon as its attempt is fenced."""
-
-REVOCATION_MARGIN_S = 120
-"""Keep a revocation a little past the last moment its token could still pass a check."""
-
-GRANT_REVOCATION_S = tokens.DEFAULT_GRANT_TTL_S + tokens.LEEWAY_S + REVOCATION_MARGIN_S
-"""How long a store grant's revocation is kept: grants are minted on demand (never after the
-fence), each for at most the default grant lifetime, so that long covers every copy."""
-
-
-def rfc3339(at: float) -> str:
-    """A UTC timestamp as RFC 3339 with a `Z`."""
-    stamp = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
-    return stamp.replace("+00:00", "Z")
+Clock = guarded.Clock
+rfc3339 = guarded.rfc3339
+WORKER_CREDENTIAL_TTL_S = guarded.WORKER_CREDENTIAL_TTL_S
+REVOCATION_MARGIN_S = guarded.REVOCATION_MARGIN_S
+GRANT_REVOCATION_S = guarded.GRANT_REVOCATION_S
 
 
 @dataclasses.dataclass(frozen=True)
-class Accepted:
-    """The answer of `Writer.accept`."""
+class Applied:
+    """The answer of `Writer.apply_swarm`: the execution ids admitted and the seats updated."""
 
-    status: str
-    replacement: records.Execution | None = None
-    seat: records.Seat | None = None
+    status: transitions.Applied
+    admitted: list[str]
+    updated: list[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +36,7 @@ class Fenced:
     """The answer of `Writer.fence_returning`: the status and, when fenced now, the fence as
     written, the attempt as fenced, the swarm's config and whether the swarm is paused."""
 
-    status: str
+    status: transitions.FenceStatus
     fence: records.Fence | None = None
     execution: records.Execution | None = None
     config: records.SwarmConfig | None = None
@@ -59,32 +44,28 @@ class Fenced:
     expected_generation: int | None = None
 
 
-class Writer:
-    """Writes one swarm's state, always under its lease.
+@dataclasses.dataclass(frozen=True)
+class Accepted:
+    """The answer of `Writer.accept`: when accepted, the replacement and the seat as
+    written."""
 
-    Args:
-        lease: The swarm's lease (its holder and epoch guard every script).
-        clock: Seconds since the epoch (tests pass a fixed clock).
-    """
+    status: transitions.AcceptStatus
+    replacement: records.Execution | None = None
+    seat: records.Seat | None = None
 
-    def __init__(self, lease: leasing.Lease, *, clock: Clock = time.time) -> None:
-        self.lease = lease
-        self.swarm = lease.swarm
-        self.clock = clock
 
-    def now(self) -> str:
-        return rfc3339(self.clock())
+@dataclasses.dataclass(frozen=True)
+class Restored:
+    """The answer of `Writer.restore`: when `diverged`, the seat's generation."""
 
-    async def _run(self, name: str, keys_: Sequence[str], args: Sequence[str | int]) -> Any:
-        reply = await self.lease.scripts.run(
-            name,
-            holder=self.lease.holder,
-            epoch=self.lease.epoch,
-            keys=[*self.lease.keys, *keys_],
-            args=args,
-        )
-        telemetry.log_events(reply.get("events", []))
-        return reply
+    status: transitions.RestoreStatus
+    expected_generation: int | None = None
+
+
+class Writer(reports.Reports, bookkeeping.Bookkeeping):
+    """Writes one swarm's state, always under its lease (see `guarded.Guarded`): the swarm,
+    fences, releases and decisions here; what attempts report (`reports`) and the seats'
+    bookkeeping (`bookkeeping`) from its bases."""
 
     async def apply_swarm(
         self,
@@ -93,8 +74,9 @@ class Writer:
         accounts: Mapping[str, int],
         seats: Sequence[Mapping[str, Any]],
         task_keys: Sequence[str],
-    ) -> tuple[list[str], list[str]]:
-        """Declare or update the swarm; returns (admitted execution ids, updated seats)."""
+    ) -> Applied:
+        """Declare or update the swarm: the execution ids it admitted and the seats it
+        updated."""
         s = self.swarm
         seat_keys: list[str] = []
         for seat, task_key in zip(seats, task_keys, strict=True):
@@ -104,27 +86,26 @@ class Writer:
                 keys.execution(s, seat["execution_id"]),
             ]
         reply = await self._run(
-            "apply_swarm",
-            [
-                keys.config(s),
-                keys.masters(s),
-                keys.accounts(s),
-                keys.seats(s),
-                keys.slots(s),
-                keys.attention(s),
-                keys.slots_used(s),
-                *seat_keys,
-            ],
-            [
-                json.dumps(dict(config)),
-                json.dumps(dict(masters)),
-                json.dumps({k: str(v) for k, v in accounts.items()}),
-                json.dumps(list(seats)),
-            ],
+            transitions.ApplySwarm(
+                config=keys.config(s),
+                masters=keys.masters(s),
+                accounts=keys.accounts(s),
+                seats=keys.seats(s),
+                slots=keys.slots(s),
+                attention=keys.attention(s),
+                slots_used=keys.slots_used(s),
+                seat_keys=tuple(seat_keys),
+                config_fields=dict(config),
+                master_hashes=dict(masters),
+                account_slots={k: str(v) for k, v in accounts.items()},
+                seat_list=list(seats),
+            )
         )
-        return list(reply["admitted"]), list(reply["updated"])
+        return Applied(reply.status, list(reply.fields["admitted"]), list(reply.fields["updated"]))
 
-    async def fence(self, seat: str, execution: str, generation: int, reason: str) -> str:
+    async def fence(
+        self, seat: str, execution: str, generation: int, reason: str
+    ) -> transitions.FenceStatus:
         """Fence the seat's current attempt: `fenced`, `exists`, `not_current`, or
         `restore_refused` (a replacement holding a reported restore refusal is left alone)."""
         return (await self.fence_returning(seat, execution, generation, reason)).status
@@ -145,55 +126,42 @@ class Writer:
         checks the seat and reads the attempt's record itself."""
         s = self.swarm
         now = self.clock()
+        kinds = records.AUTHORITY_RELEASES if authority else ()
         reply = await self._run(
-            "fence",
-            [
-                keys.seat(s, seat),
-                keys.execution(s, execution),
-                keys.fence(s, execution),
-                keys.events(s),
-                keys.attention(s),
-                keys.refusal(s, execution),
-                keys.expected(s),
-                keys.slots(s),
-                keys.slots_used(s),
-                keys.config(s),
-                keys.paused(s),
-            ],
-            [
-                execution,
-                generation,
-                reason,
-                rfc3339(now),
-                s,
-                keys.task(s, ""),
-                json.dumps([k.value for k in records.AUTHORITY_RELEASES] if authority else []),
-                *self._revoke_args(now),
-            ],
+            transitions.Fence(
+                seat=keys.seat(s, seat),
+                execution=keys.execution(s, execution),
+                fence=keys.fence(s, execution),
+                events=keys.events(s),
+                attention=keys.attention(s),
+                refusal=keys.refusal(s, execution),
+                expected=keys.expected(s),
+                slots=keys.slots(s),
+                slots_used=keys.slots_used(s),
+                config=keys.config(s),
+                paused=keys.paused(s),
+                execution_id=execution,
+                generation=generation,
+                reason=reason,
+                at=rfc3339(now),
+                swarm=s,
+                task_prefix=keys.task(s, ""),
+                kinds=[k.value for k in kinds],
+                **self._revocations(now),
+            )
         )
-        status = str(reply["status"])
-        if status != "fenced":
-            return Fenced(status, expected_generation=reply.get("expected_generation"))
-        config = reply.get("config")
+        fields = reply.fields
+        if reply.status is not transitions.FenceStatus.FENCED:
+            return Fenced(reply.status, expected_generation=fields.get("expected_generation"))
+        config = fields.get("config")
         return Fenced(
-            status,
-            records.Fence.from_hash(reply["fence"]),
-            records.Execution.from_hash(reply["attempt"]),
+            reply.status,
+            records.Fence.from_hash(fields["fence"]),
+            records.Execution.from_hash(fields["attempt"]),
             # cjson writes an empty table as {}: no config.
             records.SwarmConfig.from_hash(config) if config else None,
-            bool(reply.get("paused")),
+            bool(fields.get("paused")),
         )
-
-    def _revoke_args(self, now: float) -> list[str | int]:
-        """What the scripts' `revocations` takes besides the attempt's record: the revocation
-        key prefix, now, how long past its issue a worker credential's revocation is kept
-        (until it could no longer pass a check), how long a store grant's is."""
-        return [
-            keys.revoked(self.swarm, ""),
-            int(now),
-            WORKER_CREDENTIAL_TTL_S + REVOCATION_MARGIN_S,
-            GRANT_REVOCATION_S,
-        ]
 
     async def release(
         self,
@@ -201,7 +169,7 @@ class Writer:
         kinds: Sequence[records.ReleaseKind],
         *,
         at: str | None = None,
-    ) -> str:
+    ) -> transitions.ReleaseStatus:
         """Releases done and recorded in the fence in one script: `released` (at least one
         kind was not recorded yet), `already`, `no_fence`, or `execution_missing` (an
         authority release without the attempt's record).
@@ -215,21 +183,30 @@ class Writer:
         s = self.swarm
         now = self.clock()
         reply = await self._run(
-            "release",
-            [
-                keys.fence(s, execution),
-                keys.slots(s),
-                keys.slots_used(s),
-                keys.execution(s, execution),
-            ],
-            [
-                json.dumps([k.value for k in kinds]),
-                at or rfc3339(now),
-                execution,
-                *self._revoke_args(now),
-            ],
+            transitions.Release(
+                fence=keys.fence(s, execution),
+                slots=keys.slots(s),
+                slots_used=keys.slots_used(s),
+                execution=keys.execution(s, execution),
+                kinds=[k.value for k in kinds],
+                at=at or rfc3339(now),
+                execution_id=execution,
+                **self._revocations(now),
+            )
         )
-        return str(reply["status"])
+        return reply.status
+
+    def _offering(self, fence: records.Fence, offer: records.Offer | None) -> dict[str, Any]:
+        """What `pend` and `reoffer` both pass (`transitions.Offering`)."""
+        s, e = self.swarm, fence.execution_id
+        return {
+            "fence": keys.fence(s, e),
+            "decision": keys.decision(s, e),
+            "seat": keys.seat(s, fence.seat),
+            "events": keys.events(s),
+            "execution_id": e,
+            "offer": offer.to_json() if offer else None,
+        }
 
     async def pend(
         self,
@@ -237,28 +214,17 @@ class Writer:
         offer: records.Offer | None,
         detail: str,
         compatibility_key: str,
-    ) -> str:
+    ) -> transitions.PendStatus:
         """Record that the fenced attempt awaits a decision: `pending`, `exists`, `no_fence`.
         The offer is recorded with the compatibility key it was worked out under."""
-        s = self.swarm
-        reply = await self._run(
-            "pend",
-            [
-                keys.fence(s, fence.execution_id),
-                keys.decision(s, fence.execution_id),
-                keys.seat(s, fence.seat),
-                keys.events(s),
-            ],
-            [
-                fence.execution_id,
-                json.dumps(offer.to_json()) if offer else "",
-                self.now(),
-                s,
-                detail,
-                compatibility_key,
-            ],
+        call = transitions.Pend(
+            **self._offering(fence, offer),
+            at=self.now(),
+            swarm=self.swarm,
+            detail=detail,
+            offer_key=compatibility_key,
         )
-        return str(reply["status"])
+        return (await self._run(call)).status
 
     async def reoffer(
         self,
@@ -266,28 +232,17 @@ class Writer:
         offer: records.Offer | None,
         compatibility_key: str,
         detail: str,
-    ) -> str:
+    ) -> transitions.ReofferStatus:
         """Replace a pending decision's offer with one worked out under `compatibility_key`:
         `reoffered`, `current` (already recorded under that key) or `not_pending`."""
-        s = self.swarm
-        reply = await self._run(
-            "reoffer",
-            [
-                keys.fence(s, fence.execution_id),
-                keys.decision(s, fence.execution_id),
-                keys.seat(s, fence.seat),
-                keys.events(s),
-            ],
-            [
-                fence.execution_id,
-                json.dumps(offer.to_json()) if offer else "",
-                compatibility_key,
-                self.now(),
-                s,
-                detail,
-            ],
+        call = transitions.Reoffer(
+            **self._offering(fence, offer),
+            offer_key=compatibility_key,
+            at=self.now(),
+            swarm=self.swarm,
+            detail=detail,
         )
-        return str(reply["status"])
+        return (await self._run(call)).status
 
     async def accept(
         self,
@@ -311,42 +266,38 @@ class Writer:
         """
         s, e = self.swarm, fence.execution_id
         reply = await self._run(
-            "accept",
-            [
-                keys.fence(s, e),
-                keys.decision(s, e),
-                keys.execution(s, e),
-                keys.seat(s, fence.seat),
-                keys.task(s, fence.task_id),
-                keys.execution(s, replacement.execution_id),
-                keys.slots(s),
-                keys.accounts(s),
-                keys.paused(s),
-                keys.requests(s),
-                keys.events(s),
-                keys.slots_used(s),
-            ],
-            [
-                e,
-                choice.value,
-                json.dumps(dict(decision)),
-                json.dumps(replacement.to_hash()),
-                json.dumps(dict(task_recovery)),
-                "1" if automatic else "0",
-                request_field or "",
-                self.now(),
-                s,
-                detail,
-                json.dumps(offer.to_json()) if offer else "",
-            ],
+            transitions.Accept(
+                fence=keys.fence(s, e),
+                decision=keys.decision(s, e),
+                execution=keys.execution(s, e),
+                seat=keys.seat(s, fence.seat),
+                task=keys.task(s, fence.task_id),
+                replacement=keys.execution(s, replacement.execution_id),
+                slots=keys.slots(s),
+                accounts=keys.accounts(s),
+                paused=keys.paused(s),
+                requests=keys.requests(s),
+                events=keys.events(s),
+                slots_used=keys.slots_used(s),
+                execution_id=e,
+                choice=choice.value,
+                decision_fields=dict(decision),
+                replacement_fields=replacement.to_hash(),
+                task_recovery=dict(task_recovery),
+                automatic=automatic,
+                request_field=request_field,
+                at=self.now(),
+                swarm=s,
+                detail=detail,
+                offer=offer.to_json() if offer else None,
+            )
         )
-        status = str(reply["status"])
-        if status != "accepted":
-            return Accepted(status)
+        if reply.status is not transitions.AcceptStatus.ACCEPTED:
+            return Accepted(reply.status)
         return Accepted(
-            status,
-            records.Execution.from_hash(reply["replacement"]),
-            records.Seat.from_hash(reply["seat"]),
+            reply.status,
+            records.Execution.from_hash(reply.fields["replacement"]),
+            records.Seat.from_hash(reply.fields["seat"]),
         )
 
     async def restore(
@@ -357,7 +308,7 @@ class Writer:
         decision: Mapping[str, str],
         task_recovery: Mapping[str, Any],
         detail: str,
-    ) -> tuple[str, int | None]:
+    ) -> Restored:
         """Write back a decision Redis lost, as the replacement's Pod witnesses it: the
         replaced attempt's fence (its authority released in the same write), the decision
         accepted, the replacement's record and the seat at its generation.
@@ -372,235 +323,31 @@ class Writer:
         assert replaced is not None
         now = self.clock()
         reply = await self._run(
-            "restore",
-            [
-                keys.seat(s, replacement.seat),
-                keys.execution(s, replaced),
-                keys.fence(s, replaced),
-                keys.decision(s, replaced),
-                keys.execution(s, replacement.execution_id),
-                keys.task(s, replacement.task_id),
-                keys.attention(s),
-                keys.expected(s),
-                keys.slots(s),
-                keys.slots_used(s),
-                keys.events(s),
-            ],
-            [
-                replaced,
-                replacement.restores_from_generation,
-                replacement.execution_id,
-                replacement.generation,
-                json.dumps(dict(fence)),
-                json.dumps(dict(decision)),
-                json.dumps(replacement.to_hash()),
-                json.dumps(dict(task_recovery)),
-                rfc3339(now),
-                s,
-                detail,
-                json.dumps([k.value for k in records.AUTHORITY_RELEASES]),
-                *self._revoke_args(now),
-            ],
+            transitions.Restore(
+                seat=keys.seat(s, replacement.seat),
+                replaced=keys.execution(s, replaced),
+                fence=keys.fence(s, replaced),
+                decision=keys.decision(s, replaced),
+                replacement=keys.execution(s, replacement.execution_id),
+                task=keys.task(s, replacement.task_id),
+                attention=keys.attention(s),
+                expected=keys.expected(s),
+                slots=keys.slots(s),
+                slots_used=keys.slots_used(s),
+                events=keys.events(s),
+                replaced_id=replaced,
+                replaced_generation=replacement.restores_from_generation,
+                replacement_id=replacement.execution_id,
+                generation=replacement.generation,
+                fence_fields=dict(fence),
+                decision_fields=dict(decision),
+                replacement_fields=replacement.to_hash(),
+                task_recovery=dict(task_recovery),
+                at=rfc3339(now),
+                swarm=s,
+                detail=detail,
+                kinds=[k.value for k in records.AUTHORITY_RELEASES],
+                **self._revocations(now),
+            )
         )
-        return str(reply["status"]), reply.get("expected_generation")
-
-    async def launched(
-        self,
-        execution: records.Execution,
-        seat: records.Seat,
-        *,
-        removed: str | None = None,
-        at: str | None = None,
-    ) -> str:
-        """Record that the attempt's Pod was launched: `launched`, `already` or `missing`.
-        `removed` names a fenced attempt whose Pod was removed since: its fence records that
-        release in the same write (recorded at `at`, now when None)."""
-        s = self.swarm
-        fenced = seat.fenced_execution_id
-        reply = await self._run(
-            "launched",
-            [
-                keys.execution(s, execution.execution_id),
-                keys.seat(s, seat.seat),
-                keys.attention(s),
-                keys.fence(s, fenced or execution.execution_id),
-                keys.expected(s),
-                keys.fence(s, removed or execution.execution_id),
-            ],
-            [at or self.now(), seat.seat, "1" if fenced else "0", "1" if removed else "0"],
-        )
-        return str(reply["status"])
-
-    async def capture(
-        self,
-        execution: records.Execution,
-        credential_id: str,
-        session_id: str | None,
-        archive_watermark: int | None,
-        checkpoint_id: str | None,
-        final: bool = False,
-    ) -> str:
-        """Store a running attempt's capture report (`final`: the sidecar's last, taken once
-        the worker stopped): `captured` or `forbidden`."""
-        s = self.swarm
-        reply = await self._run(
-            "capture",
-            [keys.seat(s, execution.seat), keys.execution(s, execution.execution_id)],
-            [
-                execution.execution_id,
-                credential_id,
-                execution.generation,
-                session_id or "",
-                "" if archive_watermark is None else archive_watermark,
-                checkpoint_id or "",
-                self.now(),
-                "1" if final else "0",
-            ],
-        )
-        return str(reply["status"])
-
-    async def outcome(
-        self,
-        execution: records.Execution,
-        task_id: str,
-        credential_id: str,
-        outcome: records.Outcome,
-        task_recovery: Mapping[str, Any],
-        detail: str,
-    ) -> dict[str, Any]:
-        """Store a verified outcome: status `stored`, `repeated`, `conflict`, `mismatch`
-        (with `field`), `forbidden` or `not_replacement`."""
-        s = self.swarm
-        reply: dict[str, Any] = await self._run(
-            "outcome",
-            [
-                keys.seat(s, execution.seat),
-                keys.execution(s, execution.execution_id),
-                keys.outcome(s, execution.execution_id),
-                keys.task(s, task_id),
-                keys.outcomes_by_type(s),
-                keys.events(s),
-                keys.refusal(s, execution.execution_id),
-                keys.attention(s),
-                keys.fence(s, execution.restores_from_execution or execution.execution_id),
-            ],
-            [
-                execution.execution_id,
-                credential_id,
-                execution.generation,
-                json.dumps(outcome.to_hash()),
-                json.dumps(dict(task_recovery)),
-                outcome.reported_at,
-                s,
-                detail,
-            ],
-        )
-        return reply
-
-    async def refusal(
-        self, execution: records.Execution, credential_id: str, reason: str, detail: str
-    ) -> str:
-        """Keep a reported restore refusal, which holds the attempt: `stored`, `forbidden`,
-        `not_replacement` or `conflict` (a verified outcome is stored already)."""
-        s = self.swarm
-        reply = await self._run(
-            "refusal",
-            [
-                keys.seat(s, execution.seat),
-                keys.execution(s, execution.execution_id),
-                keys.refusal(s, execution.execution_id),
-                keys.events(s),
-                keys.outcome(s, execution.execution_id),
-            ],
-            [
-                execution.execution_id,
-                credential_id,
-                execution.generation,
-                reason,
-                self.now(),
-                s,
-                detail,
-            ],
-        )
-        return str(reply["status"])
-
-    async def absent(
-        self, seat: records.Seat, execution: str, generation: int, threshold: int
-    ) -> dict[str, Any]:
-        """Count one more pass whose runtime list did not show an expected attempt.
-
-        Returns:
-            The reply: status `counted` (below `threshold`), `evict` (fence it evicted),
-            `relaunch` (its restore refusal was cleared and it is recorded as not launched, to
-            be launched again), or `stale` (not the seat's launched running attempt any more);
-            `passes` is the count.
-        """
-        s = self.swarm
-        reply: dict[str, Any] = await self._run(
-            "absent",
-            [
-                keys.seat(s, seat.seat),
-                keys.execution(s, execution),
-                keys.refusal(s, execution),
-                keys.expected(s),
-                keys.attention(s),
-                keys.events(s),
-            ],
-            [execution, generation, threshold, self.now(), s],
-        )
-        return reply
-
-    async def listed(self, again: Sequence[str], finished: Sequence[str]) -> None:
-        """Record what the runtime's list showed of expected attempts: `again` (listed after a
-        pass without them) count from zero, `finished` (exited 0) are expected no longer."""
-        s = self.swarm
-        await self._run(
-            "listed",
-            [keys.expected(s), *(keys.refusal(s, e) for e in finished)],
-            [json.dumps(list(again)), json.dumps(list(finished))],
-        )
-
-    async def record_request(self, request: records.Request) -> bool:
-        """Record a request for the next pass; False when the same one is already recorded."""
-        reply = await self._run(
-            "request",
-            [keys.requests(self.swarm)],
-            [
-                keys.request_field(request.execution_id, request.choice.value),
-                json.dumps(request.to_json()),
-            ],
-        )
-        return bool(reply["status"] == "recorded")
-
-    async def drop_request(
-        self, field: str, *, execution_id: str = "", seat: str = "", detail: str = ""
-    ) -> None:
-        """Drop a request the pass refused or found already decided; with `execution_id`, in
-        the same write a `request` event says why (what a waiting CLI follows)."""
-        s = self.swarm
-        await self._run(
-            "drop_request",
-            [keys.requests(s), keys.events(s)],
-            [field, execution_id, s, seat, detail, self.now()],
-        )
-
-    async def settle(self, seat: records.Seat) -> bool:
-        """Take a seat with nothing left to do off the pass's attention set; False when the
-        script found it still busy."""
-        s = self.swarm
-        fenced = seat.fenced_execution_id
-        reply = await self._run(
-            "settle",
-            [
-                keys.attention(s),
-                keys.seat(s, seat.seat),
-                keys.execution(s, seat.current_execution_id),
-                keys.fence(s, fenced or seat.current_execution_id),
-            ],
-            [seat.seat, "1" if fenced else "0"],
-        )
-        return bool(reply["status"] == "settled")
-
-    async def set_paused(self, paused: bool) -> None:
-        """Set or clear the swarm's recovery-paused key."""
-        await self._run("pause", [keys.paused(self.swarm)], ["1" if paused else "0", self.now()])
+        return Restored(reply.status, reply.fields.get("expected_generation"))

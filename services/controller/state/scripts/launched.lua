@@ -6,11 +6,11 @@
 -- too (release:pod in the fence, as release.lua does): one write for both.
 -- KEYS[3] execution, [4] seat, [5] attention, [6] the seat's latest fence (any key when none),
 --   [7] expected, [8] the fence of the attempt whose Pod was removed (any key when none).
--- ARGV[3] at, [4] seat name, [5] '1' when the seat has a fence, [6] '1' when a fenced
---   attempt's Pod was removed (KEYS[8] its fence).
+-- ARGV[3] at, [4] '1' when the seat has a fence, [5] '1' when a fenced attempt's Pod was
+--   removed (KEYS[8] its fence).
 if redis.call('EXISTS', KEYS[3]) == 0 then return reply({status = 'missing'}) end
 local released = ''
-if ARGV[6] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then
+if ARGV[5] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then
   local done = release_kinds(KEYS[8], nil, nil, redis.call('HGET', KEYS[8], 'execution_id'),
     {{'pod', 0}}, {}, {}, ARGV[3])
   released = table.concat(done, ',')
@@ -24,5 +24,5 @@ local execution = redis.call('HGET', KEYS[3], 'execution_id')
 if seat.current == execution and redis.call('HGET', KEYS[3], 'state') == 'running' then
   redis.call('HSET', KEYS[7], execution, '0')
 end
-if seat.current == execution then settle_if_done(KEYS[5], KEYS[4], KEYS[3], KEYS[6], ARGV[5] == '1') end
+if seat.current == execution then settle_if_done(KEYS[5], KEYS[4], KEYS[3], KEYS[6], ARGV[4] == '1') end
 return reply({status = 'launched', kind = released})
