@@ -9,14 +9,16 @@ import dataclasses
 import hmac
 import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from services.common import redis_link, tokens
 from services.controller import deciding
-from services.controller.state import housekeeping, keys, records, scripting
+from services.controller.state import codec, housekeeping, keys, records, scripting
 
 PENDING_CONTINUITY = "pending"
 """A card's continuity until the replacement reports its outcome."""
+
+R = TypeVar("R", bound=codec.Hashed)
 
 Reoffer = Callable[[records.Fence], Awaitable[records.Offer | None]]
 """Works out a fenced attempt's offer under the controller's current compatibility key (the
@@ -32,9 +34,21 @@ async def _hash(client: redis_link.Client, key: str) -> dict[str, str] | None:
     return records.text_hash(raw) if raw else None
 
 
+def _record(cls: type[R], raw: Any) -> R | None:
+    """A record from an HGETALL reply (bytes or text), or None when the hash is absent."""
+    return cls.from_hash(records.text_hash(raw)) if raw else None
+
+
+async def _records(client: redis_link.Client, cls: type[R], record_keys: Iterable[str]) -> list[R]:
+    """The records at `record_keys` that exist, in order, read in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for key in record_keys:
+        pipe.hgetall(key)
+    return [found for raw in await pipe.execute() if (found := _record(cls, raw)) is not None]
+
+
 async def seat(client: redis_link.Client, swarm: str, name: str) -> records.Seat | None:
-    h = await _hash(client, keys.seat(swarm, name))
-    return records.Seat.from_hash(h) if h else None
+    return _record(records.Seat, await client.hgetall(keys.seat(swarm, name)))
 
 
 async def seat_names(client: redis_link.Client, swarm: str) -> list[str]:
@@ -48,14 +62,7 @@ async def seats(
 ) -> list[records.Seat]:
     """The named seats (default: every seat, in document order), read in one round trip."""
     wanted = list(names) if names is not None else await seat_names(client, swarm)
-    pipe = client.pipeline(transaction=False)
-    for name in wanted:
-        pipe.hgetall(keys.seat(swarm, name))
-    out = []
-    for raw in await pipe.execute():
-        if raw:
-            out.append(records.Seat.from_hash(records.text_hash(raw)))
-    return out
+    return await _records(client, records.Seat, (keys.seat(swarm, name) for name in wanted))
 
 
 async def attention(client: redis_link.Client, swarm: str) -> list[str]:
@@ -133,20 +140,14 @@ def _flat_hash(flat: list[Any]) -> dict[str, str]:
 
 
 async def execution(client: redis_link.Client, swarm: str, eid: str) -> records.Execution | None:
-    h = await _hash(client, keys.execution(swarm, eid))
-    return records.Execution.from_hash(h) if h else None
+    return _record(records.Execution, await client.hgetall(keys.execution(swarm, eid)))
 
 
 async def executions(
     client: redis_link.Client, swarm: str, eids: Iterable[str]
 ) -> list[records.Execution]:
     """The named attempts that exist, read in one round trip."""
-    pipe = client.pipeline(transaction=False)
-    for eid in eids:
-        pipe.hgetall(keys.execution(swarm, eid))
-    return [
-        records.Execution.from_hash(records.text_hash(raw)) for raw in await pipe.execute() if raw
-    ]
+    return await _records(client, records.Execution, (keys.execution(swarm, e) for e in eids))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,14 +172,10 @@ async def fenced_attempt(client: redis_link.Client, swarm: str, eid: str) -> Fen
     pipe.exists(keys.paused(swarm))
     raw_fence, raw_decision, raw_config, raw_execution, paused_flag = await pipe.execute()
     return FencedReads(
-        fence=records.Fence.from_hash(records.text_hash(raw_fence)) if raw_fence else None,
-        decision=(
-            records.Decision.from_hash(records.text_hash(raw_decision)) if raw_decision else None
-        ),
-        config=records.SwarmConfig.from_hash(records.text_hash(raw_config)) if raw_config else None,
-        execution=(
-            records.Execution.from_hash(records.text_hash(raw_execution)) if raw_execution else None
-        ),
+        fence=_record(records.Fence, raw_fence),
+        decision=_record(records.Decision, raw_decision),
+        config=_record(records.SwarmConfig, raw_config),
+        execution=_record(records.Execution, raw_execution),
         paused=bool(paused_flag),
     )
 
@@ -191,25 +188,19 @@ async def seat_and_execution(
     pipe.hgetall(keys.seat(swarm, name))
     pipe.hgetall(keys.execution(swarm, eid))
     raw_seat, raw_execution = await pipe.execute()
-    return (
-        records.Seat.from_hash(records.text_hash(raw_seat)) if raw_seat else None,
-        records.Execution.from_hash(records.text_hash(raw_execution)) if raw_execution else None,
-    )
+    return _record(records.Seat, raw_seat), _record(records.Execution, raw_execution)
 
 
 async def fence(client: redis_link.Client, swarm: str, eid: str) -> records.Fence | None:
-    h = await _hash(client, keys.fence(swarm, eid))
-    return records.Fence.from_hash(h) if h else None
+    return _record(records.Fence, await client.hgetall(keys.fence(swarm, eid)))
 
 
 async def decision(client: redis_link.Client, swarm: str, eid: str) -> records.Decision | None:
-    h = await _hash(client, keys.decision(swarm, eid))
-    return records.Decision.from_hash(h) if h else None
+    return _record(records.Decision, await client.hgetall(keys.decision(swarm, eid)))
 
 
 async def outcome(client: redis_link.Client, swarm: str, eid: str) -> records.Outcome | None:
-    h = await _hash(client, keys.outcome(swarm, eid))
-    return records.Outcome.from_hash(h) if h else None
+    return _record(records.Outcome, await client.hgetall(keys.outcome(swarm, eid)))
 
 
 async def refusal(client: redis_link.Client, swarm: str, eid: str) -> str | None:
@@ -219,13 +210,11 @@ async def refusal(client: redis_link.Client, swarm: str, eid: str) -> str | None
 
 
 async def task(client: redis_link.Client, swarm: str, task_id: str) -> records.Task | None:
-    h = await _hash(client, keys.task(swarm, task_id))
-    return records.Task.from_hash(h) if h else None
+    return _record(records.Task, await client.hgetall(keys.task(swarm, task_id)))
 
 
 async def config(client: redis_link.Client, swarm: str) -> records.SwarmConfig | None:
-    h = await _hash(client, keys.config(swarm))
-    return records.SwarmConfig.from_hash(h) if h else None
+    return _record(records.SwarmConfig, await client.hgetall(keys.config(swarm)))
 
 
 async def masters(client: redis_link.Client, swarm: str) -> dict[str, str]:

@@ -1,105 +1,44 @@
-"""The controller's records and their two forms: Redis hash fields and the spec's JSON.
+"""The controller's records kept as Redis hashes, and the principals that call it.
 
 Pure: no Redis here. In Redis every record is a hash of text fields (a missing field is None),
-so a Lua script can read and set one field without decoding a document. The JSON forms use the
-spec's lowercase words (`native`, `oom_killed`, `resume`, `recovery_pending`).
+so a Lua script can read and set one field without decoding a document; `codec` writes and
+reads them. The JSON forms use the spec's lowercase words (`native`, `oom_killed`, `resume`,
+`recovery_pending`).
+
+The spec's words (`vocabulary`) and the records kept as JSON (`documents`) are named here too,
+so that every record type reads `records.X` wherever it is used.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 from collections.abc import Mapping
-from typing import Any, ClassVar, NewType
+from typing import Any, ClassVar
 
 from services.common import directives, tokens
 from services.controller.state import codec
-
-ExecutionId = NewType("ExecutionId", str)
-SeatName = NewType("SeatName", str)
-
-RECOVERY_PENDING = "recovery_pending"
-"""The awaiting value of a task while its recovery is open, and a pending decision's state."""
-
-LOST_LENGTH = "unknown"
-"""The fence's lost tail when the attempt was lost without a final capture (the spec's case)."""
-NO_LOST_TAIL = "none"
-"""The fence's lost tail after the sidecar's final capture: nothing completed is unarchived."""
-
-
-class SeatState(enum.StrEnum):
-    """Where a seat stands."""
-
-    RUNNING = "running"
-    FENCED = "fenced"
-    AWAITING_DECISION = "awaiting_decision"
-    REPLACING = "replacing"
-    RESTORE_REFUSED = "restore_refused"
-    """The replacement reported a restore refusal: it is held (neither fenced nor replaced)
-    until the operator fixes the cause and relaunches it."""
-
-
-class ExecutionState(enum.StrEnum):
-    """An attempt is running until it is fenced; a fenced attempt never runs again."""
-
-    RUNNING = "running"
-    FENCED = "fenced"
-
-
-class Choice(enum.StrEnum):
-    """What the master or operator chooses for a fenced attempt."""
-
-    RESUME = "resume"
-    FRESH = "fresh"
-
-
-class DecisionState(enum.StrEnum):
-    """Pending until accepted once; an accepted decision never changes."""
-
-    RECOVERY_PENDING = RECOVERY_PENDING
-    ACCEPTED = "accepted"
-
-
-class DecisionSource(enum.StrEnum):
-    """Who made an accepted decision."""
-
-    AUTOMATIC = "automatic"
-    OPERATOR = "operator"
-    MASTER = "master"
-    LEGACY_SPAWN = "legacy_spawn"
-
-
-class ReleaseKind(enum.StrEnum):
-    """What a fence releases, each recorded once."""
-
-    LAUNCH_GRANT = "launch_grant"
-    STORE_GRANTS = "store_grants"
-    ACCOUNT_SLOT = "account_slot"
-    POD = "pod"
-
-
-AUTHORITY_RELEASES = (ReleaseKind.LAUNCH_GRANT, ReleaseKind.STORE_GRANTS, ReleaseKind.ACCOUNT_SLOT)
-"""The releases that end a fenced worker's authority; a replacement waits for all three."""
-
+from services.controller.state.documents import Admitted as Admitted
+from services.controller.state.documents import AttemptScope as AttemptScope
+from services.controller.state.documents import Offer as Offer
+from services.controller.state.documents import Project as Project
+from services.controller.state.documents import Release as Release
+from services.controller.state.documents import Request as Request
+from services.controller.state.vocabulary import AUTHORITY_RELEASES as AUTHORITY_RELEASES
+from services.controller.state.vocabulary import LOST_LENGTH as LOST_LENGTH
+from services.controller.state.vocabulary import NO_LOST_TAIL as NO_LOST_TAIL
+from services.controller.state.vocabulary import RECOVERY_PENDING as RECOVERY_PENDING
+from services.controller.state.vocabulary import Choice as Choice
+from services.controller.state.vocabulary import DecisionSource as DecisionSource
+from services.controller.state.vocabulary import DecisionState as DecisionState
+from services.controller.state.vocabulary import ExecutionId as ExecutionId
+from services.controller.state.vocabulary import ExecutionState as ExecutionState
+from services.controller.state.vocabulary import ReleaseKind as ReleaseKind
+from services.controller.state.vocabulary import SeatName as SeatName
+from services.controller.state.vocabulary import SeatState as SeatState
 
 text_hash = codec.text_hash
 directive_fields = codec.directive_fields
-
-
-@dataclasses.dataclass(frozen=True)
-class AttemptScope:
-    """The scope one attempt works in; store grants are minted for exactly one scope."""
-
-    swarm: str
-    seat: str
-    task_id: str
-    task_generation: int
-    execution_id: str
-    execution_generation: int
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,81 +62,6 @@ class Seat(codec.Hashed):
             "generation": self.generation,
             "state": self.state.value,
         }
-
-
-@dataclasses.dataclass(frozen=True)
-class Admitted:
-    """The decision that admitted a replacement and the fence it answered: what the
-    replacement's Pod carries in its annotations, so the cluster witnesses the decision when
-    Redis lost it. Names, words and numbers only: no token, no conversation content.
-
-    Attributes:
-        choice: The accepted choice.
-        source: Who chose (automatic, operator, master, legacy_spawn).
-        agent: The registered master the choice was made for, if one was named.
-        decided_at: When it was accepted.
-        decision_epoch: The controller epoch it was accepted under.
-        fence_reason: Why the replaced attempt was fenced (the true failure reason).
-        fence_epoch: The controller epoch the fence was written under.
-        fenced_at: When the fence was written.
-        native_session_id: The native session id the fenced attempt held.
-        archive_watermark: The fence's archive watermark.
-        final_capture: The fence followed the sidecar's final capture (no lost tail).
-    """
-
-    choice: Choice
-    source: DecisionSource
-    agent: str | None
-    decided_at: str
-    decision_epoch: int
-    fence_reason: str
-    fence_epoch: int
-    fenced_at: str
-    native_session_id: str | None = None
-    archive_watermark: int | None = None
-    final_capture: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        out = {
-            "choice": self.choice.value,
-            "source": self.source.value,
-            "agent": self.agent,
-            "decided_at": self.decided_at,
-            "decision_epoch": self.decision_epoch,
-            "fence_reason": self.fence_reason,
-            "fence_epoch": self.fence_epoch,
-            "fenced_at": self.fenced_at,
-            "native_session_id": self.native_session_id,
-            "archive_watermark": self.archive_watermark,
-            "final_capture": self.final_capture,
-        }
-        return {k: v for k, v in out.items() if v is not None}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Admitted:
-        """Raises KeyError, ValueError or TypeError on a malformed record."""
-        watermark = raw.get("archive_watermark")
-        return cls(
-            choice=Choice(raw["choice"]),
-            source=DecisionSource(raw["source"]),
-            agent=_str_or_none(raw.get("agent")),
-            decided_at=str(raw["decided_at"]),
-            decision_epoch=int(raw["decision_epoch"]),
-            fence_reason=str(raw["fence_reason"]),
-            fence_epoch=int(raw["fence_epoch"]),
-            fenced_at=str(raw.get("fenced_at") or ""),
-            native_session_id=_str_or_none(raw.get("native_session_id")),
-            archive_watermark=None if watermark is None else int(watermark),
-            final_capture=raw.get("final_capture") is True,
-        )
-
-
-def _str_or_none(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise TypeError("expected a string")
-    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,22 +117,6 @@ class Execution(codec.Hashed):
     @property
     def is_replacement(self) -> bool:
         return self.restores_from_execution is not None
-
-
-@dataclasses.dataclass(frozen=True)
-class Release:
-    """One release a fence performed."""
-
-    kind: ReleaseKind
-    released_at: str
-    controller_epoch: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind.value,
-            "released_at": self.released_at,
-            "controller_epoch": self.controller_epoch,
-        }
 
 
 def _releases(h: codec.Hash) -> tuple[Release, ...]:
@@ -360,28 +208,6 @@ class Fence(codec.Hashed):
 
 
 @dataclasses.dataclass(frozen=True)
-class Offer:
-    """The checkpoint a resume would continue from, as the card shows it."""
-
-    checkpoint_id: str
-    continuity: directives.Continuity  # native or reconstructed
-    watermark: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "continuity": self.continuity.value,
-            "watermark": self.watermark,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Offer:
-        return cls(
-            raw["checkpoint_id"], directives.Continuity(raw["continuity"]), int(raw["watermark"])
-        )
-
-
-@dataclasses.dataclass(frozen=True)
 class Decision(codec.Hashed):
     """The decision for one fenced attempt: pending, then accepted once.
 
@@ -466,54 +292,6 @@ class Task(codec.Hashed):
             "recovery": dict(self.recovery) if self.recovery is not None else None,
             "task_generation": self.task_generation,
         }
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """A recorded restore-decision request; the next pass applies it under the lease."""
-
-    execution_id: ExecutionId
-    choice: Choice
-    source: DecisionSource
-    agent: str | None
-    credential_sha256: str | None
-    requested_at: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "execution_id": self.execution_id,
-            "choice": self.choice.value,
-            "source": self.source.value,
-            "agent": self.agent,
-            "credential_sha256": self.credential_sha256,
-            "requested_at": self.requested_at,
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Request:
-        return cls(
-            execution_id=ExecutionId(raw["execution_id"]),
-            choice=Choice(raw["choice"]),
-            source=DecisionSource(raw["source"]),
-            agent=raw.get("agent"),
-            credential_sha256=raw.get("credential_sha256"),
-            requested_at=raw.get("requested_at", ""),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class Project:
-    """A project of the worker registration."""
-
-    name: str
-    repository: str
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "repository": self.repository}
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Project:
-        return cls(raw["name"], raw["repository"])
 
 
 @dataclasses.dataclass(frozen=True)
