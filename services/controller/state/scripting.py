@@ -86,15 +86,23 @@ value: text and numbers as they are, a boolean as `1`/`0`, None as `''`, anythin
 JSON."""
 
 
+_ROLES: dict[type, tuple[tuple[str, _Role], ...]] = {}
+
+
 def _roles(cls: type) -> tuple[tuple[str, _Role], ...]:
-    hints = typing.get_type_hints(cls, include_extras=True)
-    out = []
-    for f in dataclasses.fields(cls):
-        roles = [m for m in getattr(hints[f.name], "__metadata__", ()) if isinstance(m, _Role)]
-        if len(roles) != 1:
-            raise TypeError(f"{cls.__name__}.{f.name} is neither a Key, Keys nor an Arg")
-        out.append((f.name, roles[0]))
-    return tuple(out)
+    """Each field of a declaration and what it is (worked out once per class: a script call
+    is on every write's path)."""
+    if cls not in _ROLES:
+        hints = typing.get_type_hints(cls, include_extras=True)
+        out = []
+        for f in dataclasses.fields(cls):
+            meta = getattr(hints[f.name], "__metadata__", ())
+            roles = [m for m in meta if isinstance(m, _Role)]
+            if len(roles) != 1:
+                raise TypeError(f"{cls.__name__}.{f.name} is neither a Key, Keys nor an Arg")
+            out.append((f.name, roles[0]))
+        _ROLES[cls] = tuple(out)
+    return _ROLES[cls]
 
 
 def _argument(value: Any) -> str | int:
@@ -156,13 +164,19 @@ class Declared:
 class Call(Declared, Generic[S]):
     """A guarded script: it answers a JSON reply whose `status` is one of `S`."""
 
+    _statuses: ClassVar[type[enum.StrEnum]]
+
     @classmethod
     def statuses(cls) -> type[enum.StrEnum]:
         """The enum of the statuses the script answers (the class's type parameter)."""
+        if "_statuses" in cls.__dict__:
+            found: type[enum.StrEnum] = cls.__dict__["_statuses"]
+            return found
         for klass in cls.__mro__:
             for base in getattr(klass, "__orig_bases__", ()):
                 if typing.get_origin(base) is Call:
-                    found: type[enum.StrEnum] = typing.get_args(base)[0]
+                    found = typing.get_args(base)[0]
+                    cls._statuses = found
                     return found
         raise TypeError(f"{cls.__name__} does not name its statuses")
 
