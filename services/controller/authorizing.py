@@ -159,6 +159,25 @@ async def attempt(
     return await _current(client, swarm, principal)
 
 
+async def reporter(client: redis_link.Client, swarm: str, principal: records.Principal) -> Attempt:
+    """The attempt a report (an outcome, a refusal, a capture) comes from, as recorded: the
+    policy's role for reporting (an attempt's own worker credential of this swarm) and the
+    attempt's record. Whether the credential is still that attempt's own and the attempt the
+    seat's current, unfenced one is the report's script's check, under the lease
+    (`state.reports`): checked there once, atomically with the write.
+
+    Raises:
+        errors.ForbiddenScope: not a worker credential of this swarm, or no such attempt.
+    """
+    role = policy.role_for(policy.Action.REPORT, principal, swarm)
+    if role is not policy.Role.OWN_ATTEMPT or not isinstance(principal, records.Worker):
+        raise errors.ForbiddenScope()
+    held = await reading.execution(client, swarm, principal.credential.execution_id)
+    if held is None:
+        raise errors.ForbiddenScope()
+    return Attempt(held, principal.credential)
+
+
 async def _bound(client: redis_link.Client, master: records.Master) -> bool:
     """Whether the master's credential is still bound to its agent in the registration."""
     stored = (await reading.masters(client, master.swarm)).get(master.agent)

@@ -4,8 +4,9 @@ The controller accepts an outcome only from the replacement's own worker credent
 that replacement is still the seat's current attempt, and only when its continuity type,
 checkpoint and session id equal the accepted directive. The stored outcome is marked verified
 and keeps the fence's archive_watermark beside the restored watermark. A second identical report
-returns the stored outcome; a different one is refused. The outcome script is the arbiter; the
-checks here only give a clear refusal early.
+returns the stored outcome; a different one is refused. Each report's script is the one check
+that the credential is the attempt's own and the attempt still the seat's current, unfenced
+one (see `state.reports`); the checks here are of the call's shape only.
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ async def report_restore(
             different outcome was already stored.
         scripting.LeaseLost: this replica is not the lease holder.
     """
-    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
+    own = await authorizing.reporter(ctx.client, ctx.swarm, caller)
     held, cred = own.execution, own.credential
-    if held.restores_from_execution is None:
-        raise _status_refusal(transitions.OutcomeStatus.NOT_REPLACEMENT)
-    fence = await reading.fence(ctx.client, ctx.swarm, held.restores_from_execution)
+    replaced = held.restores_from_execution
+    # Not a replacement: the script answers forbidden or not_replacement, in that order.
+    fence = await reading.fence(ctx.client, ctx.swarm, replaced) if replaced else None
     outcome = records.Outcome(
         execution_id=held.execution_id,
         recovery=recovery,
@@ -88,9 +89,7 @@ async def report_restore(
         watermark=watermark,
         archive_watermark=outcome.archive_watermark,
     )
-    stored = await ctx.writer.outcome(
-        held, held.task_id, cred.credential_id, outcome, task_recovery, detail
-    )
+    stored = await ctx.writer.outcome(held, held.task_id, cred, outcome, task_recovery, detail)
     if stored.status is transitions.OutcomeStatus.STORED:
         return Reported(outcome, repeated=False)
     if stored.status is transitions.OutcomeStatus.REPEATED:
@@ -116,12 +115,14 @@ async def report_refusal(ctx: replacing.Context, caller: records.Principal, reas
         errors.Malformed: no reason, or one longer than any of the spec's.
         scripting.LeaseLost: this replica is not the lease holder.
     """
-    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
+    own = await authorizing.reporter(ctx.client, ctx.swarm, caller)
     held, cred = own.execution, own.credential
     if not reason or len(reason) > 200:
+        # The credential is checked before the call is: a fenced attempt is forbidden first.
+        await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
         raise errors.Malformed("malformed_refusal", "a refusal names a reason of the spec")
     detail = telemetry.detail(outcome="refused", reason=reason)
-    status = await ctx.writer.refusal(held, cred.credential_id, reason, detail)
+    status = await ctx.writer.refusal(held, cred, reason, detail)
     if status is not transitions.RefusalStatus.STORED:
         raise _status_refusal(status)
 
@@ -145,13 +146,14 @@ async def report_capture(
         errors.Malformed: a negative watermark.
         scripting.LeaseLost: this replica is not the lease holder.
     """
-    own = await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
+    own = await authorizing.reporter(ctx.client, ctx.swarm, caller)
     held, cred = own.execution, own.credential
     if archive_watermark is not None and archive_watermark < 0:
+        await authorizing.attempt(ctx.client, ctx.swarm, policy.Action.REPORT, caller)
         raise errors.Malformed("malformed_capture", "an archive watermark is not negative")
     status = await ctx.writer.capture(
         held,
-        cred.credential_id,
+        cred,
         native_session_id,
         archive_watermark,
         checkpoint_id,

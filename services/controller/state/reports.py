@@ -1,6 +1,7 @@
 """The writes of what a running attempt reports with its own credential: its captures, its
-verified restore outcome, a restore refusal. Each script checks, under the lease, that the
-credential is the attempt's and that the attempt is still its seat's current one."""
+verified restore outcome, a restore refusal. Each script is the one check, under the lease,
+that the credential is the attempt's own (its id and generation) and that the attempt is still
+its seat's current, unfenced one: `forbidden` otherwise, and nothing is written."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from services.common import tokens
 from services.controller.state import guarded, keys, records, transitions
 
 
@@ -22,20 +24,23 @@ class Stored:
 class Reports(guarded.Guarded):
     """What attempts report (part of `writing.Writer`)."""
 
-    def _reported(self, execution: records.Execution, credential_id: str) -> dict[str, Any]:
-        """What every report passes (`transitions.Reported`)."""
+    def _reported(
+        self, execution: records.Execution, credential: tokens.WorkerCredential
+    ) -> dict[str, Any]:
+        """What every report passes (`transitions.Reported`): the credential's id and
+        generation, which the script compares with the attempt's record."""
         return {
             "seat": keys.seat(self.swarm, execution.seat),
             "execution": keys.execution(self.swarm, execution.execution_id),
             "execution_id": execution.execution_id,
-            "credential_id": credential_id,
-            "generation": execution.generation,
+            "credential_id": credential.credential_id,
+            "generation": credential.execution_generation,
         }
 
     async def capture(
         self,
         execution: records.Execution,
-        credential_id: str,
+        credential: tokens.WorkerCredential,
         session_id: str | None,
         archive_watermark: int | None,
         checkpoint_id: str | None,
@@ -45,7 +50,7 @@ class Reports(guarded.Guarded):
         the worker stopped): `captured` or `forbidden`."""
         reply = await self._run(
             transitions.Capture(
-                **self._reported(execution, credential_id),
+                **self._reported(execution, credential),
                 session_id=session_id,
                 archive_watermark=archive_watermark,
                 checkpoint_id=checkpoint_id,
@@ -59,7 +64,7 @@ class Reports(guarded.Guarded):
         self,
         execution: records.Execution,
         task_id: str,
-        credential_id: str,
+        credential: tokens.WorkerCredential,
         outcome: records.Outcome,
         task_recovery: Mapping[str, Any],
         detail: str,
@@ -69,7 +74,7 @@ class Reports(guarded.Guarded):
         s, e = self.swarm, execution.execution_id
         reply = await self._run(
             transitions.Outcome(
-                **self._reported(execution, credential_id),
+                **self._reported(execution, credential),
                 outcome=keys.outcome(s, e),
                 task=keys.task(s, task_id),
                 counters=keys.outcomes_by_type(s),
@@ -87,14 +92,18 @@ class Reports(guarded.Guarded):
         return Stored(reply.status, reply.fields.get("field"))
 
     async def refusal(
-        self, execution: records.Execution, credential_id: str, reason: str, detail: str
+        self,
+        execution: records.Execution,
+        credential: tokens.WorkerCredential,
+        reason: str,
+        detail: str,
     ) -> transitions.RefusalStatus:
         """Keep a reported restore refusal, which holds the attempt: `stored`, `forbidden`,
         `not_replacement` or `conflict` (a verified outcome is stored already)."""
         s, e = self.swarm, execution.execution_id
         reply = await self._run(
             transitions.Refusal(
-                **self._reported(execution, credential_id),
+                **self._reported(execution, credential),
                 refusal=keys.refusal(s, e),
                 events=keys.events(s),
                 outcome=keys.outcome(s, e),
