@@ -1,16 +1,18 @@
 """The one Redis script runner: every mutation of recovery state is one Lua script run here.
 
 Scripts live in `scripts/*.lua`, one per transition. Each is declared once on this side
-(`transitions`) as a `Call`: a frozen dataclass whose fields name the script's keys (`Key`) and
-arguments (`Arg`) in the order the script reads them, and whose type parameter is the enum of
-the statuses it answers. `Call.keys` and `Call.args` build KEYS and ARGV from it; nothing else
-indexes them, and a test compares each declaration with the `KEYS[n]`/`ARGV[n]` its script
-reads. Every mutating script is prefixed with
-`_prelude.lua`, which checks that the lease still names this holder and epoch before anything
-else and otherwise writes nothing and returns `lease_lost`; the runner turns that into
-`LeaseLost`. Scripts are loaded once (SCRIPT LOAD) and called by hash (EVALSHA) through
-redis-py's `register_script`, which reloads a script a restarted Redis forgot. One script only
-reads (`pass_reads`: what a listing pass reads first, in one call) and runs without the lease.
+(`transitions`, `housekeeping`) as a `Call` (or a `Read`, run without the lease): a frozen
+dataclass whose fields name the script's keys (`Key`) and arguments (`Arg`) in the order the
+script reads them, and whose type parameter is the enum of the statuses it answers. `keys` and
+`args` build KEYS and ARGV from it; nothing else indexes them, and a test compares each
+declaration with the `KEYS[n]`/`ARGV[n]` its script reads.
+
+Every mutating script is prefixed with `_prelude.lua`, which checks that the lease still names
+this holder and epoch before anything else and otherwise writes nothing and returns
+`lease_lost`; the runner turns that into `LeaseLost`. Scripts are loaded once (SCRIPT LOAD) and
+called by hash (EVALSHA) through redis-py's `register_script`, which reloads a script a
+restarted Redis forgot. Two scripts run without the lease: the acquisition that makes a holder,
+and `pass_reads` (what a listing pass reads first, in one call), which writes nothing.
 
 The runner also holds a test-only failpoint (`Failpoint`), inert unless its environment
 variables are set: the end-to-end crash test SIGKILLs a controller process at an exact write.
