@@ -54,3 +54,22 @@ async def test_an_attempt_fenced_after_its_record_was_read_reports_nothing(
     after = await reading.execution(hx.client, SWARM, first("eng-1"))
     assert after is not None and after.native_session_id is None
     assert after.state is records.ExecutionState.FENCED
+
+
+async def test_a_fenced_attempts_malformed_report_is_forbidden_first(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Every entry point checks the credential first, then validates: a fenced attempt's
+    refusal without a reason, or capture with a negative watermark, is forbidden_scope, not
+    malformed; its own current attempt's is malformed."""
+    hx = await h.start(redis_client)
+    worker = await hx.worker(first("eng-1"))
+    with pytest.raises(errors.Malformed):
+        await hx.recovery.report_refusal(worker, "")
+    with pytest.raises(errors.Malformed):
+        await hx.recovery.report_capture(worker, native_session_id="s", archive_watermark=-1)
+    await hx.recovery.writer.fence("eng-1", first("eng-1"), 1, "oom_killed")
+    with pytest.raises(errors.ForbiddenScope):
+        await hx.recovery.report_refusal(worker, "")
+    with pytest.raises(errors.ForbiddenScope):
+        await hx.recovery.report_capture(worker, native_session_id="s", archive_watermark=-1)
