@@ -37,6 +37,7 @@ class LeaseAcquire(scripting.Read, script="lease_acquire"):
     epoch: scripting.Key
     holder: scripting.Arg[str]
     ttl_ms: scripting.Arg[int]
+    floor: scripting.Arg[int]
 
 
 @dataclasses.dataclass(frozen=True)

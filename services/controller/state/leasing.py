@@ -76,11 +76,20 @@ class Lease:
         """This controller's local view: acquired and renewed within the last TTL."""
         return self.epoch is not None and time.monotonic() < self._valid_until
 
-    async def acquire(self) -> bool:
-        """Try once to take the lease; True when this controller now holds it (new epoch)."""
+    async def acquire(self, floor: int = 0) -> bool:
+        """Try once to take the lease; True when this controller now holds it (new epoch).
+
+        Epochs never go backwards, even when Redis lost its epoch key: a new acquisition's
+        epoch is past `floor` (the newest epoch a worker Pod of the swarm was launched under,
+        when the caller knows one) and past every epoch this object held; a resumed one (the
+        lease still names this holder) keeps its epoch unless that is below them, and then
+        moves past them."""
         started = time.monotonic()
+        floor = max(floor, self.epoch or 0)
         acquired = await self.scripts.read(
-            housekeeping.LeaseAcquire(*self.keys, holder=self.holder, ttl_ms=self.ttl_ms)
+            housekeeping.LeaseAcquire(
+                *self.keys, holder=self.holder, ttl_ms=self.ttl_ms, floor=floor
+            )
         )
         if acquired is None:
             return False

@@ -71,6 +71,31 @@ async def test_acquiring_a_lease_its_holder_still_has_keeps_the_epoch(
     assert not await a.lease.renew() and a.lease.lost.is_set()
 
 
+async def test_epochs_never_go_backwards_when_redis_lost_its_epoch_key(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Issue 23: Redis restarted empty starts a swarm's epoch over at 1. An acquisition is
+    past every epoch its holder held and past the floor it is given (the newest epoch a worker
+    Pod was launched under): a new one strictly, a resumed one only when it fell below."""
+    a = h.new_recovery(redis_client, h.FakeRuntime(), None)
+    assert await a.lease.acquire() and a.lease.epoch == 1
+    await redis_client.delete(keys.lease(SWARM))
+    assert await a.lease.acquire() and a.lease.epoch == 2
+    await redis_client.flushall()  # restarted empty: no lease, no epoch
+    assert await a.lease.acquire() and a.lease.epoch == 3
+    assert (await redis_client.get(keys.epoch(SWARM))) == b"3"
+    # Another controller, restarted too, knows only what the Pods say: launched under 7.
+    await redis_client.flushall()
+    b = h.new_recovery(redis_client, h.FakeRuntime(), None)
+    assert await b.lease.acquire(floor=7) and b.lease.epoch == 8
+    # Resumed (the lease still names b): the same epoch, unless the floor passed it.
+    assert await b.lease.acquire(floor=8) and b.lease.epoch == 8
+    await redis_client.set(keys.epoch(SWARM), 2)  # an older copy of the epoch key
+    assert await b.lease.acquire() and b.lease.epoch == 9
+    assert (await redis_client.get(keys.epoch(SWARM))) == b"9"
+    assert await b.lease.renew()
+
+
 async def test_a_renewal_that_cannot_reach_redis_interrupts_one_refused_loses(
     restartable_redis: RestartableRedis,
     outage_client: aioredis.Redis,
