@@ -24,7 +24,7 @@ from agentihooks.swarm.v2 import checkpoint_store_pb2_grpc as pb_grpc
 from agentihooks.swarm.v2 import types_pb2
 
 from services.common import errors, logs, redis_link, revocations, rpc, settings, tokens
-from services.common.checkpoints import backends, records, storing, validation
+from services.common.checkpoints import backends, record_schema, records, storing, validation
 
 SERVICE_NAME = "agentihooks.swarm.v2.CheckpointStore"
 FETCH_CHUNK = 1 << 20
@@ -177,7 +177,7 @@ class CheckpointStoreService(pb_grpc.CheckpointStoreServicer):
         if not isinstance(record, dict):
             raise errors.Malformed("invalid_record", "the record is not a JSON object")
         record["committed"] = True
-        problem = records.check(record)
+        problem = record_schema.check(record)
         if problem is not None:
             raise errors.Malformed(problem.value, problem.value)
         authority = record["authority"]

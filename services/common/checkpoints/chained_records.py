@@ -17,7 +17,7 @@ import dataclasses
 import datetime
 from typing import Any
 
-from services.common.checkpoints import chains, records
+from services.common.checkpoints import chains, record_schema, records
 
 VERSION = 3
 
@@ -129,7 +129,7 @@ def new_record(
     entries = dict.fromkeys(records.named_objects(record))
     record["inventory"] = [{"role": r, "sha256": s, "size": n} for r, s, n in entries]
     if (
-        records.check(record) is not None
+        record_schema.check(record) is not None
         or chains.misreferenced(record)
         or any(chains.disagrees(item) for _, item in chains.chained_items(record))
     ):

@@ -1,7 +1,7 @@
-"""The checkpoint record: canonical bytes, the stored manifest, schema checks and summaries.
+"""The checkpoint record: canonical bytes, the stored manifest, summaries and builders.
 
-Pure: no I/O beyond reading the packaged schema once at import.
-The format is docs/swarm-v2/schemas/checkpoint.json; this package holds an identical copy.
+Pure: no I/O. The format is docs/swarm-v2/schemas/checkpoint.json; a record is checked against
+it by `record_schema.check`.
 Version 3 stores files, the transcript and committed source as chains (`chains`); its record
 builder is `chained_records.new_record`. `new_record` here writes version 2, whole objects.
 """
@@ -11,17 +11,12 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import hashlib
-import importlib.resources
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-import jsonschema
-import jsonschema_rs
+from services.common.checkpoints import chains, packing, record_schema, storing
 
-from services.common.checkpoints import chains, packing, reasons, storing
-
-SCHEMA_VERSIONS: Final = frozenset({1, 2, 3})
 CURRENT_SCHEMA_VERSION: Final = 3
 WHOLE_OBJECTS_VERSION: Final = 2
 """The newest version that stores each file, the transcript and the bundle as one object."""
@@ -88,94 +83,6 @@ def decode_manifest(data: bytes) -> tuple[dict[str, Any], str]:
     if not isinstance(record, dict) or not isinstance(claimed, str):
         raise ManifestError("the manifest's record is not an object or its hash not a string")
     return record, claimed
-
-
-def load_schema() -> dict[str, Any]:
-    """The checkpoint JSON Schema as packaged with this module."""
-    text = importlib.resources.files(__package__).joinpath("checkpoint.schema.json").read_text()
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
-def _strict_integer(checker: Any, instance: object) -> bool:
-    # JSON Schema counts 1.0 as an integer; a record's counters and sizes must be real integers.
-    return isinstance(instance, int) and not isinstance(instance, bool)
-
-
-_STRICT = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _strict_integer),
-)
-
-
-_SCHEMA: Final = load_schema()
-_EXACT: Final = _STRICT(_SCHEMA)
-_FAST: Final = jsonschema_rs.Draft202012Validator(_SCHEMA, validate_formats=False)
-
-
-def _holds_float(record: Mapping[str, Any]) -> bool:
-    """Whether a float appears anywhere in the record (walked without recursion)."""
-    pending: list[Any] = [record]
-    while pending:
-        node = pending.pop()
-        if isinstance(node, float):
-            return True
-        if isinstance(node, dict):
-            pending.extend(node.values())
-        elif isinstance(node, list):
-            pending.extend(node)
-    return False
-
-
-def _schema_valid(record: Mapping[str, Any]) -> bool:
-    """The schema's answer. jsonschema-rs gives it about 75 times faster than the Python
-    validator (half a millisecond a record was a sixth of a native storm's CPU); it counts 1.0
-    as an integer, as the standard does, so a record holding any float is answered by the
-    strict Python validator as well. A record nested too deep for either is invalid."""
-    try:
-        if not _FAST.is_valid(record):
-            return False
-        return not _holds_float(record) or _EXACT.is_valid(record)
-    except (RecursionError, ValueError):
-        return False
-
-
-def check(record: Mapping[str, Any]) -> reasons.Reason | None:
-    """Whether `record` satisfies a supported schema version.
-
-    Returns:
-        `unsupported_version` for a schema_version other than 1, 2 or 3, `invalid_record` when
-        the record breaks the schema or its own rules (duplicate paths, a head commit without
-        a bundle, an empty segment beside others), None when valid.
-    """
-    version = record.get("schema_version")
-    if type(version) is not int or version not in SCHEMA_VERSIONS:
-        return reasons.Reason.UNSUPPORTED_VERSION
-    if not _schema_valid(record):
-        return reasons.Reason.INVALID_RECORD
-    if not _consistent(record):
-        return reasons.Reason.INVALID_RECORD
-    return None
-
-
-def _consistent(record: Mapping[str, Any]) -> bool:
-    if chains.dangling(record):
-        return False  # a transcript that is "the same as" a file the record does not hold
-    if any(chains.misplaced_empty_segment(item) for _, item in chains.chained_items(record)):
-        return False
-    native = record.get("native") or {}
-    paths = [f["path"] for f in native.get("files", [])]
-    if len(paths) != len(set(paths)):
-        return False
-    source = record.get("source")
-    if source is None:
-        return True
-    paths = [f["path"] for f in source.get("untracked", [])]
-    if len(paths) != len(set(paths)):
-        return False
-    # Without a bundle the restore can only check out base_commit, so head must be the same.
-    bundled = bool(source.get("bundles")) or source.get("bundle") is not None
-    return bundled or source["head_commit"] == source["base_commit"]
 
 
 def execution_generation(record: Mapping[str, Any]) -> int:
@@ -426,6 +333,6 @@ def new_record(
         }
     entries = dict.fromkeys(named_objects(record))
     record["inventory"] = [{"role": r, "sha256": s, "size": n} for r, s, n in entries]
-    if check(record) is not None:
+    if record_schema.check(record) is not None:
         raise ValueError("these arguments do not make a valid checkpoint record")
     return record

@@ -14,7 +14,14 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from services.common.checkpoints import chains, object_checks, reasons, records, storing
+from services.common.checkpoints import (
+    chains,
+    object_checks,
+    reasons,
+    record_schema,
+    records,
+    storing,
+)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -155,7 +162,7 @@ class Validator:
             raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
         if not matches:
             raise _Refusal(reasons.Reason.CORRUPT_MANIFEST)
-        problem = records.check(record)
+        problem = record_schema.check(record)
         if problem is not None:
             raise _Refusal(problem)
         _check_record(record, self._store.scope, expectation)

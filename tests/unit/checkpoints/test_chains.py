@@ -12,7 +12,7 @@ import hashlib
 
 import pytest
 
-from services.common.checkpoints import chained_records, chains, reasons, records
+from services.common.checkpoints import chained_records, chains, reasons, record_schema, records
 from tests.unit.checkpoints import material
 
 
@@ -137,7 +137,7 @@ def test_a_version_3_record_lists_every_segment_and_each_artifact_once() -> None
     first = chains.extend(None, b"a\n", limit=1)
     second = chains.extend(first.chain, b"a\nb\nc\n", limit=4)
     record = _record(second.chain, second.chain)
-    assert record["schema_version"] == 3 and records.check(record) is None
+    assert record["schema_version"] == 3 and record_schema.check(record) is None
     # The transcript is the session file's bytes: it names the file, not the segments again.
     assert record["transcript"] == {  # type: ignore[comparison-overlap]
         "sha256": second.chain.sha256,
@@ -174,7 +174,7 @@ def test_a_segment_over_the_size_limit_breaks_the_schema() -> None:
     big = chains.MAX_SEGMENT_BYTES + 1
     record["transcript"]["segments"][0]["size"] = big  # type: ignore[index]
     record["transcript"]["size"] = big + 2  # type: ignore[index]
-    assert records.check(record) is reasons.Reason.INVALID_RECORD
+    assert record_schema.check(record) is reasons.Reason.INVALID_RECORD
 
 
 def test_an_empty_segment_beside_others_breaks_the_record() -> None:
@@ -184,4 +184,4 @@ def test_an_empty_segment_beside_others_breaks_the_record() -> None:
     record["transcript"]["segments"].append(  # type: ignore[index]
         {"sha256": chains.EMPTY_SHA256, "size": 0}
     )
-    assert records.check(record) is reasons.Reason.INVALID_RECORD
+    assert record_schema.check(record) is reasons.Reason.INVALID_RECORD

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from services.common.checkpoints import records, validation
+from services.common.checkpoints import record_schema, records, validation
 from services.controller import deciding
 from services.controller.state import records as state
 from tests.support import memory_store
@@ -42,13 +42,13 @@ async def before(store: memory_store.MemoryStore) -> records.Summary | None:
 def checked(monkeypatch: pytest.MonkeyPatch) -> Iterator[collections.Counter[str]]:
     """How many times each checkpoint's record went through the schema check."""
     counts: collections.Counter[str] = collections.Counter()
-    original = records.check
+    original = record_schema.check
 
     def counting(record: Mapping[str, Any]) -> Any:
         counts[str(record.get("checkpoint_id"))] += 1
         return original(record)
 
-    monkeypatch.setattr(records, "check", counting)
+    monkeypatch.setattr(record_schema, "check", counting)
     yield counts
 
 

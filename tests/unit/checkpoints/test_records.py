@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from services.common.checkpoints import packing, reasons, records
+from services.common.checkpoints import packing, reasons, record_schema, records
 from tests.unit.checkpoints import material
 
 
@@ -62,7 +62,7 @@ def test_a_legacy_summary_reads_the_task_generation_as_execution_generation() ->
     """Version 1 records read the task generation in place of execution_generation."""
     summary = records.Summary.from_record(material.legacy_record())
     assert summary.execution_generation == summary.task_generation == 1
-    assert records.check(material.legacy_record()) is None
+    assert record_schema.check(material.legacy_record()) is None
 
 
 def test_a_context_only_summary_has_no_session() -> None:
@@ -74,7 +74,7 @@ def test_a_context_only_summary_has_no_session() -> None:
 def test_new_record_derives_a_matching_inventory() -> None:
     """new_record builds a valid version 2 record whose inventory agrees with its sections."""
     record = material.native_record()
-    assert records.check(record) is None
+    assert record_schema.check(record) is None
     assert record["schema_version"] == 2
     assert sorted(records.inventory(record)) == sorted(records.named_objects(record))
     assert {entry["role"] for entry in record["inventory"]} == set(records.ROLES)
@@ -99,9 +99,9 @@ def test_new_record_refuses_an_unsafe_path() -> None:
 
 def test_check_tells_an_unsupported_version_from_an_invalid_record() -> None:
     """unsupported_version for a version other than 1, 2 or 3; invalid_record for the rest."""
-    assert records.check({"schema_version": 4}) is reasons.Reason.UNSUPPORTED_VERSION
-    assert records.check({"schema_version": 3}) is reasons.Reason.INVALID_RECORD
-    assert records.check({"schema_version": 2}) is reasons.Reason.INVALID_RECORD
+    assert record_schema.check({"schema_version": 4}) is reasons.Reason.UNSUPPORTED_VERSION
+    assert record_schema.check({"schema_version": 3}) is reasons.Reason.INVALID_RECORD
+    assert record_schema.check({"schema_version": 2}) is reasons.Reason.INVALID_RECORD
 
 
 def test_newness_orders_by_sequence_then_created_at() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from services.common.checkpoints import records
+from services.common.checkpoints import record_schema
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 DOC = ROOT / "docs/swarm-v2/schemas/checkpoint.json"
@@ -29,7 +29,7 @@ def test_the_schema_is_a_valid_2020_12_schema() -> None:
     schema = json.loads(DOC.read_text())
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert records.load_schema() == schema
+    assert record_schema.load_schema() == schema
 
 
 def _fields(node: Any, where: str = "") -> Iterator[tuple[str, Any]]:

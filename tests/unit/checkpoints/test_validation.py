@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from services.common.checkpoints import reasons, records, storing, validation
+from services.common.checkpoints import reasons, record_schema, records, storing, validation
 from tests.support import memory_store
 from tests.unit.checkpoints import material
 
@@ -362,9 +362,9 @@ DIFFERENTIAL: dict[str, Mutation] = {
 )
 def test_the_checked_schema_is_the_published_one(mutate: Mutation | None) -> None:
     """The schema check runs on jsonschema-rs, with floats sent to the Python validator as well
-    (`records._schema_valid`): every record, valid or not, gets the answer the published schema
-    gives under the Python validator with strict integers."""
-    published = records._STRICT(records.load_schema())
+    (`record_schema._schema_valid`): every record, valid or not, gets the answer the published
+    schema gives under the Python validator with strict integers."""
+    published = record_schema._STRICT(record_schema.load_schema())
     for record in (material.native_record(), material.context_record(), material.legacy_record()):
         if mutate is not None:
             try:
@@ -375,4 +375,4 @@ def test_the_checked_schema_is_the_published_one(mutate: Mutation | None) -> Non
             expected = published.is_valid(record)
         except RecursionError:
             expected = False
-        assert records._schema_valid(record) == expected
+        assert record_schema._schema_valid(record) == expected
