@@ -63,7 +63,7 @@ sys.path[:0] = [str(REPO), str(REPO / "services" / "proto")]
 
 from services.common import directives, settings  # noqa: E402
 from services.common.checkpoints import chain_indexes, local, records  # noqa: E402
-from services.restorer import capturing, launching, restoring  # noqa: E402
+from services.restorer import capturing, launching, restores  # noqa: E402
 from services.restorer.harness import claude_code  # noqa: E402
 
 TARGET = 1.2
@@ -191,7 +191,7 @@ def capturer(scene: Scene, root: pathlib.Path, version: int) -> capturing.Captur
         store_addr=None,
     )
     storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(root)})
-    attempt = restoring.Attempt(scene.worktree, scene.worktree.parent, scene.home)
+    attempt = restores.Attempt(scene.worktree, scene.worktree.parent, scene.home)
     return capturing.Capturer(launch, attempt, storage, schema_version=version)
 
 

@@ -46,7 +46,7 @@ sys.path[:0] = [str(REPO), str(REPO / "services" / "proto")]
 
 from services.common import directives, settings  # noqa: E402
 from services.common.checkpoints import backends, index_reading, records, storing  # noqa: E402
-from services.restorer import capturing, fetching, launching, restoring  # noqa: E402
+from services.restorer import capturing, fetching, launching, restores, restoring  # noqa: E402
 from services.restorer.harness import claude_code  # noqa: E402
 
 TARGET = 1.5
@@ -151,7 +151,7 @@ def launch_record(
 async def restore_once(
     launch: launching.LaunchRecord, storage: settings.StorageSettings, target: pathlib.Path
 ) -> float:
-    attempt = restoring.Attempt(target / "worktree", target, target / "home")
+    attempt = restores.Attempt(target / "worktree", target, target / "home")
     attempt.worktree.mkdir(parents=True)
     attempt.harness_home.mkdir()
     started = time.perf_counter()
@@ -159,7 +159,7 @@ async def restore_once(
         async for event in restoring.restore(launch, attempt, store):
             result = event
     elapsed = time.perf_counter() - started
-    if not isinstance(result, restoring.Ready):
+    if not isinstance(result, restores.Ready):
         raise SystemExit(f"restore refused: {result}")
     return elapsed
 
@@ -184,7 +184,7 @@ async def measure(
     claude = fake_claude(tmp)
     storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(tmp / "store")})
     fenced = launch_record(origin, claude, directives.FRESH, ("e-1", 1))
-    attempt = restoring.Attempt(worktree, worktree.parent, home)
+    attempt = restores.Attempt(worktree, worktree.parent, home)
     capturer = capturing.Capturer(fenced, attempt, storage, segment_bytes=segment_bytes)
     captured = await capturer.capture()
     segments, runs = await segment_count(tmp / "store", captured.checkpoint_id)
@@ -195,7 +195,7 @@ async def measure(
     tar = tmp / "untracked.tar"
     with tarfile.open(tar, "w") as archive:
         archive.add(worktree / "untracked", arcname="untracked")
-    restores, baselines = [], []
+    restore_times, baselines = [], []
     for round_ in range(ROUNDS):
         # Every round's trees stay until the end (the temporary folder goes then): a run
         # right after deleting a few hundred MiB was measured about a quarter slower on a
@@ -204,10 +204,10 @@ async def measure(
             os.sync()
             if which == "restore":
                 target = tmp / f"restore-{round_}"
-                restores.append(await restore_once(replacement, storage, target))
+                restore_times.append(await restore_once(replacement, storage, target))
             else:
                 baselines.append(baseline_once(origin, tar, tmp / f"baseline-{round_}"))
-    ratios = sorted(r / b for r, b in zip(restores, baselines, strict=True))
+    ratios = sorted(r / b for r, b in zip(restore_times, baselines, strict=True))
     ratio = ratios[len(ratios) // 2]
     total = COMMITTED_FILES * COMMITTED_SIZE + UNTRACKED_FILES * UNTRACKED_SIZE
     files = COMMITTED_FILES + UNTRACKED_FILES
@@ -215,7 +215,7 @@ async def measure(
         f"{name}: worktree {total / 2**20:.0f} MiB in {files} files, {ROUNDS} rounds, "
         f"session in {segments} segment(s), the record naming {runs} index object(s)"
     )
-    print("restore  s: " + ", ".join(f"{s:.3f}" for s in restores))
+    print("restore  s: " + ", ".join(f"{s:.3f}" for s in restore_times))
     print("baseline s: " + ", ".join(f"{s:.3f}" for s in baselines) + " (git clone + tar)")
     print("ratios    : " + ", ".join(f"{r:.3f}" for r in ratios))
     verdict = "ok" if ratio <= TARGET else "short"

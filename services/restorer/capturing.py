@@ -54,7 +54,7 @@ from services.restorer import (
     fetching,
     launching,
     reporting,
-    restoring,
+    restores,
     retrying,
     source,
     transcripts,
@@ -124,7 +124,7 @@ class Capturer:
     def __init__(
         self,
         launch: launching.LaunchRecord,
-        attempt: restoring.Attempt,
+        attempt: restores.Attempt,
         storage: settings.StorageSettings,
         *,
         control_addr: str | None = None,
@@ -215,7 +215,7 @@ class Capturer:
         grant = self._launch.capture_grant
         async with self._lock, fetching.granted_store(self._launch, self._storage, grant) as store:
             if store is None:
-                raise CaptureError(restoring.Refusal.NO_STORE.value)
+                raise CaptureError(restores.Refusal.NO_STORE.value)
             captured = await self._capture(store, scan_source or final)
         if captured.written:
             logs.event(
@@ -374,7 +374,7 @@ class Capturer:
             raise CaptureError(error.reason) from None
         project = self._project_named(captured.repository)
         repository = captured.repository or (project.repository if project else "")
-        return captured, repository or restoring.NO_ORIGIN
+        return captured, repository or restores.NO_ORIGIN
 
     def _project_named(self, repository: str) -> launching.Project | None:
         projects = self._launch.projects

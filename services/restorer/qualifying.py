@@ -47,6 +47,7 @@ from services.restorer import (
     launching,
     model_mock,
     qualification,
+    restores,
     restoring,
 )
 from services.restorer.harness import base, claude_code, codex
@@ -219,7 +220,7 @@ async def _capture(
     cli: _Cli, pod: _Pod, root: pathlib.Path, harness_env: Mapping[str, str]
 ) -> capturing.Captured:
     storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(root / "checkpoints")})
-    attempt = restoring.Attempt(pod.worktree, pod.home.parent, pod.home, harness_env)
+    attempt = restores.Attempt(pod.worktree, pod.home.parent, pod.home, harness_env)
     capturer = capturing.Capturer(_launch(cli, _FENCED, directives.FRESH, 0), attempt, storage)
     try:
         captured = await capturer.capture()
@@ -236,7 +237,7 @@ async def _restore(
     root: pathlib.Path,
     harness_env: Mapping[str, str],
     captured: capturing.Captured,
-) -> restoring.Ready:
+) -> restores.Ready:
     directive = directives.Directive(
         captured.checkpoint_id,
         directives.Continuity.NATIVE,
@@ -245,14 +246,14 @@ async def _restore(
     )
     launch = _launch(cli, _REPLACEMENT, directive, _FENCED.execution_generation)
     storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(root / "checkpoints")})
-    attempt = restoring.Attempt(pod.worktree, pod.home.parent, pod.home, harness_env)
-    last: restoring.Event | None = None
+    attempt = restores.Attempt(pod.worktree, pod.home.parent, pod.home, harness_env)
+    last: restores.Event | None = None
     async with fetching.granted_store(launch, storage, "") as store:
         async for event in restoring.restore(launch, attempt, store):
             last = event
-    if isinstance(last, restoring.Refused):
+    if isinstance(last, restores.Refused):
         raise _Failed("restore", f"the restore was refused: {last.reason}")
-    if not isinstance(last, restoring.Ready) or last.recovery is not directives.Continuity.NATIVE:
+    if not isinstance(last, restores.Ready) or last.recovery is not directives.Continuity.NATIVE:
         raise _Failed("restore", "the restore did not end ready to resume natively")
     return last
 

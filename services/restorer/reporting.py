@@ -24,7 +24,7 @@ import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc, restorer_pb2, types_pb2
 
 from services.common import tls
-from services.restorer import launching, restoring, retrying
+from services.restorer import launching, restores, retrying
 
 CONTROLLER_UNAVAILABLE = "controller unavailable: the outcome could not be reported"
 REPORT_RETRY = retrying.Retry(attempts=8, base_s=0.25, cap_s=5.0)
@@ -34,7 +34,7 @@ REPORT_PERIOD_S = 1.0
 _T = TypeVar("_T")
 
 
-def ready_pb(ready: restoring.Ready) -> restorer_pb2.RestoreReady:
+def ready_pb(ready: restores.Ready) -> restorer_pb2.RestoreReady:
     """The `RestoreReady` message of a delivered restore."""
     message = restorer_pb2.RestoreReady(
         recovery=launching.continuity_pb(ready.recovery),
@@ -48,18 +48,18 @@ def ready_pb(ready: restoring.Ready) -> restorer_pb2.RestoreReady:
     return message
 
 
-def event_pb(event: restoring.Event) -> restorer_pb2.RestoreEvent:
+def event_pb(event: restores.Event) -> restorer_pb2.RestoreEvent:
     """One event on the `Restore` stream."""
-    if isinstance(event, restoring.Step):
+    if isinstance(event, restores.Step):
         return restorer_pb2.RestoreEvent(
             step=restorer_pb2.RestoreStep(step=event.step, status=event.status)
         )
-    if isinstance(event, restoring.Ready):
+    if isinstance(event, restores.Ready):
         return restorer_pb2.RestoreEvent(ready=ready_pb(event))
     return restorer_pb2.RestoreEvent(refused=restorer_pb2.RestoreRefused(reason=event.reason))
 
 
-def _outcome_pb(execution_id: str, ready: restoring.Ready) -> types_pb2.RestoreOutcome:
+def _outcome_pb(execution_id: str, ready: restores.Ready) -> types_pb2.RestoreOutcome:
     outcome = types_pb2.RestoreOutcome(
         execution_id=execution_id,
         recovery=launching.continuity_pb(ready.recovery),
@@ -76,10 +76,10 @@ async def report_restore(
     control_addr: str,
     worker_credential: str,
     execution_id: str,
-    events: list[restoring.Event],
+    events: list[restores.Event],
     *,
     retry: retrying.Retry = REPORT_RETRY,
-) -> restoring.Refused | None:
+) -> restores.Refused | None:
     """Report progress, then the one outcome or refusal, over `Recovery.ReportRestore`.
 
     Returns:
@@ -92,12 +92,12 @@ async def report_restore(
             progress=recovery_pb2.RestoreProgress(step=e.step, status=e.status)
         )
         for e in events
-        if isinstance(e, restoring.Step)
+        if isinstance(e, restores.Step)
     ]
-    if isinstance(final, restoring.Ready):
+    if isinstance(final, restores.Ready):
         reports.append(recovery_pb2.RestoreReport(outcome=_outcome_pb(execution_id, final)))
     else:
-        assert isinstance(final, restoring.Refused)
+        assert isinstance(final, restores.Refused)
         reports.append(
             recovery_pb2.RestoreReport(refusal=recovery_pb2.RestoreRefusal(reason=final.reason))
         )
@@ -118,8 +118,8 @@ async def report_restore(
             await retry.call(call)
         except grpc.aio.AioRpcError as error:
             if error.code() in retrying.TRANSIENT:
-                return restoring.Refused(CONTROLLER_UNAVAILABLE)
-            return restoring.Refused(f"controller: {retrying.reason_of(error)}")
+                return restores.Refused(CONTROLLER_UNAVAILABLE)
+            return restores.Refused(f"controller: {retrying.reason_of(error)}")
     return None
 
 

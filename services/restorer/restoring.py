@@ -9,11 +9,11 @@ supervisor starts the harness": verify → registration → native state → sou
 - native (native directives): the checkpoint must be native (`context_only`), its session the
   directive's (`conversation_mismatch`), the harness version qualified (`unqualified_version`)
   and equal to the captured one (`version_changed`); only then do the session files land in the
-  harness home. Every native check runs before anything is written, and native state lands
-  before source state, so each of these refusals leaves the work tree and the harness home
-  untouched.
+  harness home (`native_restoring`). Every native check runs before anything is written, and
+  native state lands before source state, so each of these refusals leaves the work tree and
+  the harness home untouched.
 - source: committed and uncommitted source applied to the worktree (cloned first when it has
-  no repository); any failure is `source: …`.
+  no repository); any failure is `source: …` (`source_restoring`).
 - continuation (reconstructed directives): `continuation.txt`, mode 0600, owned by the worker
   user, passed as the opening prompt after the line `Continue from this recorded conversation.
   Native resume was unavailable.`: as the command's last argument when one argument can carry
@@ -39,29 +39,26 @@ folder while the checkout is made (`source.StagedUntracked`), then moved into pl
 every path check.
 
 Where the spec's table has no row, the closest row is used and said so where it happens.
+
+What the restore is given and what it answers (`Attempt`, `Step`, `Ready`, `Refused`, the
+restorer's own refusal reasons) are in `restores`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import dataclasses
-import enum
 import logging
 import os
-import pathlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from services.common import directives, logs
 from services.common.checkpoints import chains, index_reading, reasons, records, storing, validation
 from services.restorer import (
-    checkouts,
     fetching,
-    harness,
     launching,
-    paths,
-    source,
+    native_restoring,
+    restores,
+    source_restoring,
     transcripts,
 )
 from services.restorer.harness import base as harness_base
@@ -69,96 +66,13 @@ from services.restorer.harness import base as harness_base
 log = logging.getLogger("services.restorer")
 Continuity = directives.Continuity
 
-
-class Refusal(enum.StrEnum):
-    """The restorer's own refusal reasons (the Validator's verdicts are `reasons.Reason`)."""
-
-    CONTEXT_ONLY = "context_only"
-    CONVERSATION_MISMATCH = "conversation_mismatch"
-    UNQUALIFIED_VERSION = "unqualified_version"
-    VERSION_CHANGED = "version_changed"
-    NO_STORE = "no checkpoint store is configured for this worker"
-    # Not in the spec's table: the store could not be read at all (down, grant revoked). It
-    # says nothing about the checkpoint, so no table reason would be true.
-    STORE_UNAVAILABLE = "checkpoint store unavailable"
-
-
-NO_ORIGIN = "none:"
-"""The repository a capture records when the worktree has no origin and the project names
-none; its bundle then holds the full history, so a restore initialises instead of cloning."""
-
-TOO_LONG = "continuation: the opening prompt is longer than one process argument can carry"
-HOME_UNSAFE = "harness: a link in the harness home leads out of it"
-"""Not in the spec's table: the checkpoint is valid, this worker's harness home is not."""
-HOME_UNWRITABLE = "harness: the session files could not be written into the harness home"
+# services/restorer/main.py, being changed elsewhere, still names these here.
+Attempt = restores.Attempt
+Ready = restores.Ready
+Refused = restores.Refused
 
 VERIFY_CONCURRENCY = fetching.CONCURRENCY
 """Objects the Validator checks at once (most answer from reads already under way)."""
-
-STEPS = ("directive", "verify", "registration", "native", "source", "continuation")
-
-
-@dataclasses.dataclass(frozen=True)
-class Step:
-    """One step's progress: `started`, `done` or `skipped`."""
-
-    step: str
-    status: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Ready:
-    """The restore delivered its directive; `command` is what the supervisor runs in `cwd`.
-
-    `stdin_path`, when set, is the file the supervisor opens as the command's standard input:
-    `continuation.txt`, for an opening prompt longer than one argument can carry.
-    """
-
-    recovery: Continuity
-    command: tuple[str, ...] = dataclasses.field(repr=False)
-    checkpoint_id: str | None
-    session_id: str | None
-    watermark: int | None
-    cwd: str
-    stdin_path: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused:
-    """The restore stopped the launch; `reason` is a reason of the spec's table."""
-
-    reason: str
-
-
-Event = Step | Ready | Refused
-
-
-@dataclasses.dataclass(frozen=True)
-class Attempt:
-    """Where this attempt's restore writes.
-
-    `harness_env` holds the worker's variables that move the harness's files
-    (`CLAUDE_CONFIG_DIR`, `CODEX_HOME`; see `harness.ENVIRONMENT`), empty when it sets none.
-    """
-
-    worktree: pathlib.Path
-    attempt_dir: pathlib.Path
-    harness_home: pathlib.Path
-    harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def harness(self, name: str) -> harness_base.Harness:
-        """The adapter of harness `name` for this attempt's environment.
-
-        Raises:
-            ValueError: no harness has that name.
-        """
-        return harness.for_name(name, self.harness_env)
-
-
-class _Stop(Exception):
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 # --- the restore -----------------------------------------------------------------------------
@@ -166,9 +80,9 @@ class _Stop(Exception):
 
 async def restore(
     launch: launching.LaunchRecord,
-    attempt: Attempt,
+    attempt: restores.Attempt,
     store: storing.ArtifactStore | None,
-) -> AsyncIterator[Event]:
+) -> AsyncIterator[restores.Event]:
     """Restore what the directive promises; yields each step, then one Ready or Refused.
 
     Args:
@@ -180,8 +94,8 @@ async def restore(
     try:
         async for step in run.steps():
             yield step
-    except _Stop as stop:
-        yield Refused(stop.reason)
+    except restores.Stop as stop:
+        yield restores.Refused(stop.reason)
         return
     finally:
         await run.close()
@@ -194,7 +108,7 @@ class _Run:
     def __init__(
         self,
         launch: launching.LaunchRecord,
-        attempt: Attempt,
+        attempt: restores.Attempt,
         store: storing.ArtifactStore | None,
     ) -> None:
         self.launch = launch
@@ -205,10 +119,10 @@ class _Run:
         self.command: tuple[str, ...] = launch.command
         self.stdin_path: str | None = None
         self._objects = None if store is None else fetching.Objects(store)
-        self._early_clone: checkouts.EarlyClone | None = None
-        self._version: asyncio.Future[str] | None = None
+        self._native_step = native_restoring.NativeStep(launch, attempt)
+        self._source_step = source_restoring.SourceStep(launch, attempt)
 
-    async def steps(self) -> AsyncIterator[Step]:
+    async def steps(self) -> AsyncIterator[restores.Step]:
         kind = self.directive.recovery
         for name, applies, action in (
             ("directive", True, self._directive),
@@ -219,20 +133,20 @@ class _Run:
             ("continuation", kind is Continuity.RECONSTRUCTED, self._continuation),
         ):
             if not applies:
-                yield Step(name, "skipped")
+                yield restores.Step(name, "skipped")
                 continue
-            yield Step(name, "started")
+            yield restores.Step(name, "started")
             done = await action()
-            yield Step(name, "done" if done else "skipped")
+            yield restores.Step(name, "done" if done else "skipped")
         if not all(harness_base.fits_argument(word) for word in self.command):
             # execve refuses an argument this long (E2BIG): stop here, before the outcome is
             # reported as delivered, rather than fail once the harness is started.
-            raise _Stop(TOO_LONG)
+            raise restores.Stop(restores.TOO_LONG)
         self._bootstrap()
 
-    def ready(self) -> Ready:
+    def ready(self) -> restores.Ready:
         d = self.directive
-        return Ready(
+        return restores.Ready(
             recovery=d.recovery,
             command=self.command,
             checkpoint_id=d.checkpoint_id,
@@ -248,29 +162,26 @@ class _Run:
         try:
             self._harness().prepare_home(self.attempt.harness_home, self.attempt.worktree)
         except (harness_base.HarnessError, OSError) as error:
-            raise _Stop(
+            raise restores.Stop(
                 str(error)
                 if isinstance(error, harness_base.HarnessError)
                 else "harness: the harness home could not be prepared"
             ) from None
 
     def _harness(self) -> harness_base.Harness:
-        try:
-            return self.attempt.harness(self.launch.harness)
-        except ValueError:
-            raise _Stop(f"{launching.MALFORMED_RECORD}: unknown harness") from None
+        return restores.harness_of(self.launch, self.attempt)
 
     async def _directive(self) -> bool:
         why = directives.problem(self.directive)
         if why is not None:
-            raise _Stop(f"{directives.MALFORMED}: {why}")
+            raise restores.Stop(f"{directives.MALFORMED}: {why}")
         return True
 
     async def _verify(self) -> bool:
         checkpoint_id = self.directive.checkpoint_id
         assert checkpoint_id is not None  # an agreeing non-fresh directive names one
         if self.store is None:
-            raise _Stop(Refusal.NO_STORE)
+            raise restores.Stop(restores.Refusal.NO_STORE)
         expectation = validation.Expectation(checkpoint_id, self.launch.restores_from_generation)
         assert self._objects is not None
         verifying = self._objects.verifying_store()
@@ -282,9 +193,9 @@ class _Run:
             verdict = await validator.verify(expectation)
         except Exception as error:  # any storage failure ends in one refusal
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-            raise _Stop(Refusal.STORE_UNAVAILABLE) from None
+            raise restores.Stop(restores.Refusal.STORE_UNAVAILABLE) from None
         if verdict.reason is not None:
-            raise _Stop(verdict.reason.value)
+            raise restores.Stop(verdict.reason.value)
         # The record used below is the very one verified: the bytes the Validator read and
         # found intact and valid (decoded again here, its hash compared again; the schema
         # check, the slowest part of a verdict, is not repeated on the same bytes).
@@ -295,21 +206,21 @@ class _Run:
         except ValueError:
             intact = False
         if not intact or record.get("checkpoint_id") != checkpoint_id:
-            raise _Stop(reasons.Reason.CORRUPT_MANIFEST)
+            raise restores.Stop(reasons.Reason.CORRUPT_MANIFEST)
         transcript = record["transcript"]
         if transcript.get("watermark") != self.directive.watermark:
             # The directive names a cursor this checkpoint does not hold: it is not the record
             # the directive names (closest row: identity_mismatch).
-            raise _Stop(reasons.Reason.IDENTITY_MISMATCH)
+            raise restores.Stop(reasons.Reason.IDENTITY_MISMATCH)
         # Version 3 chains kept in index objects, listed in full from the index objects the
         # Validator read (early reads: no second read), each hashed again if read anew.
         try:
             expanded = await index_reading.expand(verifying, record)
         except Exception as error:  # see above
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-            raise _Stop(Refusal.STORE_UNAVAILABLE) from None
+            raise restores.Stop(restores.Refusal.STORE_UNAVAILABLE) from None
         if isinstance(expanded, reasons.Reason):
-            raise _Stop(expanded.value)
+            raise restores.Stop(expanded.value)
         self.record = expanded
         return True
 
@@ -318,68 +229,14 @@ class _Run:
             # No row names a project outside the registration. The record belongs to work
             # this worker is not registered for, which is what scope_mismatch says of another
             # task: the closest row.
-            raise _Stop(reasons.Reason.SCOPE_MISMATCH)
+            raise restores.Stop(reasons.Reason.SCOPE_MISMATCH)
         return True
 
     async def _native(self) -> bool:
-        native = self.record.get("native")
-        if self.record["continuity"] != "native" or native is None:
-            raise _Stop(Refusal.CONTEXT_ONLY)
-        if native["native_session_id"] != self.directive.session_id:
-            raise _Stop(Refusal.CONVERSATION_MISMATCH)
-        adapter = self._harness()
-        if native["harness"] != adapter.name:
-            # Another harness's session cannot be reopened by this one: the replacement's
-            # harness differs from the captured one (closest row: version_changed).
-            raise _Stop(Refusal.VERSION_CHANGED)
-        try:
-            version = await self._read_version(adapter)
-        except harness_base.HarnessError:
-            # A harness that cannot name its version is not a qualified one.
-            raise _Stop(Refusal.UNQUALIFIED_VERSION) from None
-        if not adapter.qualifies(version):
-            raise _Stop(Refusal.UNQUALIFIED_VERSION)
-        if version != native["harness_version"]:
-            raise _Stop(Refusal.VERSION_CHANGED)
-        session_id = native["native_session_id"]
-        try:
-            command = adapter.resume_command(
-                self.launch.command,
-                session_id,
-                self.launch.continuation_prompt or harness_base.DEFAULT_CONTINUATION_PROMPT,
-            )
-        except harness_base.HarnessError as error:
-            raise _Stop(str(error)) from None
-        files = [
-            harness_base.SessionFile(item["path"], await self._item(item))
-            for item in native["files"]
-        ]
-        try:
-            for item in files:
-                paths.check_relative(item.path)
-        except paths.UnsafePath:
-            # A path no harness home can hold (absolute, `..`): the record is at fault.
-            raise _Stop(reasons.Reason.INVALID_RECORD) from None
-        try:
-            adapter.restore_session(self.attempt.harness_home, self.attempt.worktree, files)
-        except harness_base.HarnessError:
-            # The session files do not form one session of this harness: the record does not
-            # hold a usable session (the adapter checks every path before writing any).
-            raise _Stop(reasons.Reason.INVALID_RECORD) from None
-        except paths.UnsafePath:
-            # The record's paths are plain; this worker's harness home is what leads out (a
-            # link in it): the checkpoint is fine, the home must be fixed.
-            raise _Stop(HOME_UNSAFE) from None
-        except OSError:
-            raise _Stop(HOME_UNWRITABLE) from None
-        self.command = tuple(command)
+        self.command = await self._native_step.restore(
+            self.record, self.directive.session_id, self._item
+        )
         return True
-
-    async def _read_version(self, adapter: harness_base.Harness) -> str:
-        early, self._version = self._version, None
-        if early is not None:
-            return await early
-        return await adapter.read_version(self.launch.command[0])
 
     def _start_early(self, manifest: bytes | None) -> None:
         """Start what needs no verdict while the Validator runs: reads, the version, the clone.
@@ -390,13 +247,8 @@ class _Run:
         scratch folder of the attempt folder, adopted by the worktree only once the source
         step begins.
         """
-        if self.directive.recovery is Continuity.NATIVE and self.launch.command:
-            try:
-                adapter = self.attempt.harness(self.launch.harness)
-            except ValueError:
-                pass  # refused as an unknown harness in the native step
-            else:
-                self._version = asyncio.ensure_future(adapter.read_version(self.launch.command[0]))
+        if self.directive.recovery is Continuity.NATIVE:
+            self._native_step.start_early()
         try:
             record, _ = records.decode_manifest(manifest or b"")
             entries = list(records.stored_objects(record))
@@ -411,11 +263,7 @@ class _Run:
             wanted.add("transcript")
         assert self._objects is not None
         self._objects.read_early((sha, size) for role, sha, size in entries if role in wanted)
-        # Only the registration's repository (the controller's word) is cloned this early:
-        # a repository named by a record not yet verified is never contacted.
-        repository = project.repository if project is not None else ""
-        if isinstance(captured, dict) and repository and checkouts.is_empty(self.attempt.worktree):
-            self._early_clone = checkouts.EarlyClone(self.attempt.attempt_dir, repository)
+        self._source_step.start_early(project, captured)
 
     async def _read_indexed_early(
         self, verifying: fetching.VerifyingStore, manifest: bytes | None
@@ -450,14 +298,8 @@ class _Run:
         """Stop early work nobody used: reads, and a clone the worktree did not adopt."""
         if self._objects is not None:
             await self._objects.aclose()
-        if self._version is not None:
-            self._version.cancel()
-            with contextlib.suppress(BaseException):
-                await self._version
-            self._version = None
-        if self._early_clone is not None:
-            await self._early_clone.discard()
-            self._early_clone = None
+        await self._native_step.close()
+        await self._source_step.close()
 
     async def _item(self, item: Mapping[str, Any]) -> bytes:
         """A file's or the transcript's bytes: one object (versions 1 and 2) or its chain's
@@ -473,85 +315,20 @@ class _Run:
         try:
             return await self._objects.get(entry["sha256"], entry["size"])
         except fetching.Unusable as unusable:
-            raise _Stop(unusable.reason) from None
+            raise restores.Stop(unusable.reason) from None
         except Exception as error:  # see _verify
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-            raise _Stop(Refusal.STORE_UNAVAILABLE) from None
+            raise restores.Stop(restores.Refusal.STORE_UNAVAILABLE) from None
 
     async def _source(self) -> bool:
-        if self.directive.recovery is Continuity.FRESH:
-            return await self._fresh_checkout()
-        captured = self.record.get("source")
-        if captured is None:
-            return False
-        repository = _repository(self.launch.project(self.record["project"]), captured)
-        untracked = [
-            source.UntrackedFile(item["path"], item["mode"], await self._fetch(item))
-            for item in captured.get("untracked", [])
-        ]
-        capture = source.SourceCapture(
-            repository=captured["repository"],
-            branch=captured.get("branch") or "",
-            base_commit=captured["base_commit"],
-            head_commit=captured["head_commit"],
-            bundle=await self._optional(captured.get("bundle")),
-            patch=await self._optional(captured.get("patch")),
-            untracked=tuple(untracked),
-            # Version 3: incremental bundles, applied in the record's order.
-            bundles=tuple([await self._fetch(b) for b in captured.get("bundles", ())]),
-        )
-        worktree = self.attempt.worktree
-        # The verified bytes are written ahead while the clone is still being made; `apply`
-        # then only moves them into place, each path checked there.
-        staged = source.StagedUntracked(self.attempt.attempt_dir, capture.untracked)
-        try:
-            await self._apply(worktree, capture, repository, staged)
-        finally:
-            await staged.discard()
-        return True
-
-    async def _apply(
-        self,
-        worktree: pathlib.Path,
-        capture: source.SourceCapture,
-        repository: str,
-        staged: source.StagedUntracked,
-    ) -> None:
-        was_missing = not await asyncio.to_thread(os.path.lexists, worktree)
-        adopted = False
-        early, self._early_clone = self._early_clone, None
-        if early is not None:
-            if early.repository == repository:
-                adopted = await early.adopt(worktree)
-            else:
-                await early.discard()
-        try:
-            await source.apply(worktree, capture, repository, staged=staged)
-        except source.SourceError as error:
-            if adopted:
-                # What the early clone put there goes too: the worktree was missing or empty.
-                checkouts.undo(worktree, was_missing)
-            raise _Stop(error.reason) from None
-
-    async def _optional(self, entry: Mapping[str, Any] | None) -> bytes | None:
-        return None if entry is None else await self._fetch(entry)
-
-    async def _fresh_checkout(self) -> bool:
-        """A fresh attempt restores nothing, but still gets its project's checkout."""
-        projects = [p for p in self.launch.projects if p.repository]
-        worktree = self.attempt.worktree
-        if len(projects) != 1 or not checkouts.is_empty(worktree):
-            return False
-        if not await checkouts.clone(worktree, projects[0].repository):
-            raise _Stop("source: clone failed")
-        return True
+        return await self._source_step.restore(self.directive.recovery, self.record, self._fetch)
 
     async def _continuation(self) -> bool:
         adapter = self._harness()
         try:
             adapter.opening_prompt_command(self.launch.command, "")
         except harness_base.HarnessError as error:
-            raise _Stop(str(error)) from None
+            raise restores.Stop(str(error)) from None
         # Version 3: a transcript that is "the same as" a session file is that file's chain.
         transcript = chains.transcript_chain(self.record)
         assert transcript is not None  # the verdict found it with its material
@@ -561,31 +338,23 @@ class _Run:
         except transcripts.TranscriptError:
             # The bytes are the captured ones (their hash matched) but no prompt can carry
             # them: the record's transcript is not a usable archive.
-            raise _Stop(reasons.Reason.INVALID_RECORD) from None
+            raise restores.Stop(reasons.Reason.INVALID_RECORD) from None
         try:
             owner = os.stat(self.attempt.attempt_dir)
             written = transcripts.write_continuation(
                 self.attempt.attempt_dir, text, uid=owner.st_uid, gid=owner.st_gid
             )
         except OSError:
-            raise _Stop("continuation: continuation.txt could not be written") from None
+            raise restores.Stop("continuation: continuation.txt could not be written") from None
         try:
             opening = harness_base.opening(adapter, self.launch.command, text)
         except harness_base.HarnessError:
             # Too long for an argument, and this form of the command reads no prompt from
             # stdin (an interactive session): the prompt cannot be delivered.
-            raise _Stop(TOO_LONG) from None
+            raise restores.Stop(restores.TOO_LONG) from None
         self.command = opening.command
         if opening.on_stdin:
             # The prompt is continuation.txt itself, byte for byte: the supervisor opens it
             # as the harness's standard input.
             self.stdin_path = str(written.absolute())
         return True
-
-
-def _repository(project: launching.Project | None, captured: Mapping[str, Any]) -> str:
-    """Where the project is cloned from: the registration's repository, else the record's."""
-    recorded = captured.get("repository")
-    if not isinstance(recorded, str) or recorded == NO_ORIGIN:
-        recorded = ""
-    return (project.repository if project else "") or recorded

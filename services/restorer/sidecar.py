@@ -28,14 +28,14 @@ import grpc
 from agentihooks.swarm.v2 import restorer_pb2, restorer_pb2_grpc
 
 from services.common import errors, logs, rpc, settings
-from services.restorer import fetching, launching, metrics, reporting, restoring, retrying
+from services.restorer import fetching, launching, metrics, reporting, restores, restoring, retrying
 
 SERVICE_NAME = "agentihooks.swarm.v2.Restorer"
 LAUNCH_UNAVAILABLE = "launch record unavailable"
 INTERNAL = "restorer: internal error"
 log = logging.getLogger("services.restorer")
 
-OnReady = Callable[[launching.LaunchRecord, restoring.Attempt], None]
+OnReady = Callable[[launching.LaunchRecord, restores.Attempt], None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +49,9 @@ class Places:
     harness_home: pathlib.Path | None = None
     harness_env: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
-    def attempt(self, worktree: pathlib.Path) -> restoring.Attempt:
+    def attempt(self, worktree: pathlib.Path) -> restores.Attempt:
         """The attempt's folders for `worktree`."""
-        return restoring.Attempt(
+        return restores.Attempt(
             worktree=worktree,
             attempt_dir=self.attempt_dir or worktree.parent,
             harness_home=self.harness_home or pathlib.Path.home(),
@@ -80,22 +80,22 @@ class _Restoration:
     """The events of this sidecar's one restore, as they happen."""
 
     def __init__(self) -> None:
-        self.events: list[restoring.Event] = []
+        self.events: list[restores.Event] = []
         self.changed = asyncio.Condition()
         self.task: asyncio.Task[None] | None = None
 
     @property
-    def result(self) -> restoring.Ready | restoring.Refused | None:
-        if self.events and not isinstance(self.events[-1], restoring.Step):
+    def result(self) -> restores.Ready | restores.Refused | None:
+        if self.events and not isinstance(self.events[-1], restores.Step):
             return self.events[-1]
         return None
 
-    async def publish(self, event: restoring.Event) -> None:
+    async def publish(self, event: restores.Event) -> None:
         async with self.changed:
             self.events.append(event)
             self.changed.notify_all()
 
-    async def follow(self, start: int) -> AsyncIterator[restoring.Event]:
+    async def follow(self, start: int) -> AsyncIterator[restores.Event]:
         """Events from index `start` until the result (a late caller passes the result's)."""
         index = start
         while True:
@@ -106,7 +106,7 @@ class _Restoration:
             index += len(batch)
             for event in batch:
                 yield event
-                if not isinstance(event, restoring.Step):
+                if not isinstance(event, restores.Step):
                     return
 
 
@@ -168,9 +168,9 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
             state=self.state, restore_outcomes_by_type=self.metrics.restore_outcomes_by_type()
         )
         result = self._restoration.result
-        if isinstance(result, restoring.Ready):
+        if isinstance(result, restores.Ready):
             status.ready.CopyFrom(reporting.ready_pb(result))
-        elif isinstance(result, restoring.Refused):
+        elif isinstance(result, restores.Refused):
             status.refused.reason = result.reason
         return status
 
@@ -178,25 +178,25 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
     def state(self) -> str:
         """`idle`, `restoring`, `ready` or `refused`."""
         result = self._restoration.result
-        if isinstance(result, restoring.Ready):
+        if isinstance(result, restores.Ready):
             return "ready"
-        if isinstance(result, restoring.Refused):
+        if isinstance(result, restores.Refused):
             return "refused"
         return "restoring" if self._started else "idle"
 
     @property
-    def result(self) -> restoring.Ready | restoring.Refused | None:
+    def result(self) -> restores.Ready | restores.Refused | None:
         """The stored result, once there is one."""
         return self._restoration.result
 
-    async def wait(self) -> restoring.Ready | restoring.Refused:
+    async def wait(self) -> restores.Ready | restores.Refused:
         """Run the restore if nobody asked yet, and return its result (the `restore` command)."""
         if not self._started:
             raise errors.Malformed("malformed", "no restore was requested")
         if self.result is not None:
             return self.result
         async for event in self._restoration.follow(len(self._restoration.events)):
-            if not isinstance(event, restoring.Step):
+            if not isinstance(event, restores.Step):
                 return event
         raise AssertionError("a restore ends in a result")
 
@@ -228,7 +228,7 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
             logs.event(log, "restore_failed", logging.ERROR, exception=type(error).__name__)
             if self.result is None:
                 self.metrics.refused(INTERNAL)
-                await self._restoration.publish(restoring.Refused(INTERNAL))
+                await self._restoration.publish(restores.Refused(INTERNAL))
 
     async def _run(self, worktree: pathlib.Path) -> None:
         events = self._restoration
@@ -242,26 +242,26 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
             launch = await self._load()
         except launching.MalformedDirective as error:
             remote = remote or error.checkpoint_remote
-            await events.publish(restoring.Step("directive", "started"))
-            refused = restoring.Refused(error.reason)
+            await events.publish(restores.Step("directive", "started"))
+            refused = restores.Refused(error.reason)
             await self._finish(None, refused, remote, execution_id=error.execution_id or known)
             return
         except errors.Refusal as error:
-            await events.publish(restoring.Step("directive", "started"))
-            await self._finish(None, restoring.Refused(error.reason), remote, execution_id=known)
+            await events.publish(restores.Step("directive", "started"))
+            await self._finish(None, restores.Refused(error.reason), remote, execution_id=known)
             return
         self.launch = launch
         remote = launch.checkpoint_remote
         if remote:
             # "the worker sets AGENTIHOOKS_CHECKPOINT_REMOTE=true for itself"
             os.environ[settings.PREFIX + "CHECKPOINT_REMOTE"] = "true"
-        result: restoring.Ready | restoring.Refused = restoring.Refused(INTERNAL)
+        result: restores.Ready | restores.Refused = restores.Refused(INTERNAL)
         try:
             async with fetching.granted_store(
                 launch, self._conf.storage, launch.restore_grant
             ) as store:
                 async for event in restoring.restore(launch, attempt, store):
-                    if isinstance(event, restoring.Step):
+                    if isinstance(event, restores.Step):
                         await events.publish(event)
                     else:
                         result = event
@@ -270,13 +270,13 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
             # logged, its message may hold values.
             logs.event(log, "restore_failed", logging.ERROR, exception=type(error).__name__)
         await self._finish(launch, result, remote)
-        if isinstance(self.result, restoring.Ready) and self._on_ready is not None:
+        if isinstance(self.result, restores.Ready) and self._on_ready is not None:
             self._on_ready(launch, attempt)
 
     async def _finish(
         self,
         launch: launching.LaunchRecord | None,
-        result: restoring.Ready | restoring.Refused,
+        result: restores.Ready | restores.Refused,
         remote: bool,
         *,
         execution_id: str = "",
@@ -290,14 +290,14 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
         # outcome the controller waits for, so it has nothing to report.
         first_attempt = launch is not None and launch.scope.execution_generation == 1
         if remote and not first_attempt:
-            await self._restoration.publish(restoring.Step("report", "started"))
+            await self._restoration.publish(restores.Step("report", "started"))
             refused = await self._report(execution_id, [*self._restoration.events, result])
             if refused is not None:
                 result = refused
             await self._restoration.publish(
-                restoring.Step("report", "done" if refused is None else "skipped")
+                restores.Step("report", "done" if refused is None else "skipped")
             )
-        if isinstance(result, restoring.Ready):
+        if isinstance(result, restores.Ready):
             self.metrics.outcome(result.recovery)
             logs.event(
                 log,
@@ -319,11 +319,11 @@ class RestorerService(restorer_pb2_grpc.RestorerServicer):
         await self._restoration.publish(result)
 
     async def _report(
-        self, execution_id: str, events: list[restoring.Event]
-    ) -> restoring.Refused | None:
+        self, execution_id: str, events: list[restores.Event]
+    ) -> restores.Refused | None:
         conf = self._conf
         if not conf.control_addr or not conf.worker_credential:
-            return restoring.Refused(reporting.CONTROLLER_UNAVAILABLE)
+            return restores.Refused(reporting.CONTROLLER_UNAVAILABLE)
         return await reporting.report_restore(
             conf.control_addr,
             conf.worker_credential,

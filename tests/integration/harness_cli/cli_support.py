@@ -29,7 +29,7 @@ from typing import Any
 
 from services.common import directives, settings
 from services.common.checkpoints import backends, storing
-from services.restorer import capturing, entry, launching, model_mock, restoring
+from services.restorer import capturing, entry, launching, model_mock, restores, restoring
 from services.restorer.harness import claude_code, codex
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import agent_clis, binaries, git_repos, model_api
@@ -258,7 +258,7 @@ async def capture(cli: Cli, seat: Seat, command: Sequence[str]) -> capturing.Cap
     lost: its worktree, home and config folder are gone, as on another machine, so nothing of
     them can help the replacement."""
     fenced = launch_record(cli, command, directives.FRESH, scope=kit.SCOPE, url=seat.project.url)
-    attempt = restoring.Attempt(
+    attempt = restores.Attempt(
         seat.project.worktree,
         seat.tmp / "fenced",
         seat.fenced_home,
@@ -278,7 +278,7 @@ async def restore(
     directive: directives.Directive,
     *,
     continuation_prompt: str = "",
-) -> restoring.Ready:
+) -> restores.Ready:
     """The replacement's restore into home and folder B; fails the test on a refusal."""
     launch = launch_record(
         cli,
@@ -288,13 +288,13 @@ async def restore(
         url=seat.project.url,
         continuation_prompt=continuation_prompt,
     )
-    attempt = restoring.Attempt(
+    attempt = restores.Attempt(
         seat.worktree, seat.attempt_dir, seat.home, cli.harness_env(seat.config)
     )
     last: Any = None
     async for event in restoring.restore(launch, attempt, seat.store()):
         last = event
-    assert isinstance(last, restoring.Ready), f"the restore was refused: {last}"
+    assert isinstance(last, restores.Ready), f"the restore was refused: {last}"
     return last
 
 

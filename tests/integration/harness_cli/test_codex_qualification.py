@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from services.common import directives, settings
-from services.restorer import capturing, launching, restoring
+from services.restorer import capturing, launching, restores, restoring
 from services.restorer.harness import base, codex
 from tests.integration.harness_cli import cases
 from tests.integration.harness_cli import cli_support as cs
@@ -119,15 +119,15 @@ def test_a_cli_that_cannot_resume_is_not_qualified() -> None:
 
 async def restore_events(
     cli: cs.Cli, seat: cs.Seat, command: tuple[str, ...], directive: directives.Directive
-) -> restoring.Ready | restoring.Refused:
+) -> restores.Ready | restores.Refused:
     launch = cs.launch_record(cli, command, directive, scope=kit.REPLACEMENT, url=seat.project.url)
-    attempt = restoring.Attempt(
+    attempt = restores.Attempt(
         seat.worktree, seat.attempt_dir, seat.home, cli.harness_env(seat.config)
     )
     last: Any = None
     async for event in restoring.restore(launch, attempt, seat.store()):
         last = event
-    assert isinstance(last, restoring.Ready | restoring.Refused)
+    assert isinstance(last, restores.Ready | restores.Refused)
     return last
 
 
@@ -150,13 +150,13 @@ async def test_qualified_codex_0_171_0_resumes_natively_once_the_setting_names_i
 
     cli.setting = {}
     refused = await restore_events(cli, seat, command, directive)
-    assert refused == restoring.Refused("unqualified_version")
+    assert refused == restores.Refused("unqualified_version")
     assert list(seat.worktree.iterdir()) == []
 
     cli.setting = dict(setting)
     cli.provide(seat.home, seat.config)
     ready = await restore_events(cli, seat, command, directive)
-    assert isinstance(ready, restoring.Ready) and ready.recovery is directives.Continuity.NATIVE
+    assert isinstance(ready, restores.Ready) and ready.recovery is directives.Continuity.NATIVE
     before = len(cli.api.calls)
     done = cli.run(ready.command, seat.worktree, cli.env(seat.home, seat.config))
     assert done.returncode == 0, done.stderr[-2000:]
@@ -174,7 +174,7 @@ async def test_a_capture_under_an_unqualified_version_warns_once(
     cs.start_session(cli, seat)
     command = cli.print_command("the original task")
     fenced = cs.launch_record(cli, command, directives.FRESH, scope=kit.SCOPE, url=seat.project.url)
-    attempt = restoring.Attempt(
+    attempt = restores.Attempt(
         seat.project.worktree, seat.tmp / "fenced", seat.fenced_home, cli.harness_env(None)
     )
     capturer = capturing.Capturer(fenced, attempt, seat.storage())

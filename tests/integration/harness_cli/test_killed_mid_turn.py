@@ -28,7 +28,7 @@ import pytest
 
 from services.common import directives
 from services.common.checkpoints import records
-from services.restorer import capturing, entry, following, restoring
+from services.restorer import capturing, entry, following, restores
 from services.restorer.harness import base, claude_code, codex
 from tests.integration.harness_cli import cli_support as cs
 from tests.integration.restorer import sidecar_support as kit
@@ -227,7 +227,7 @@ async def test_the_model_receives_every_record_completed_before_the_kill(
     fenced = cs.launch_record(
         cli, original, directives.FRESH, scope=kit.SCOPE, url=seat.project.url
     )
-    attempt = restoring.Attempt(
+    attempt = restores.Attempt(
         seat.project.worktree,
         seat.tmp / "fenced",
         seat.fenced_home,

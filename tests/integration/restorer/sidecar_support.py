@@ -32,7 +32,7 @@ from agentihooks.swarm.v2 import (
 
 from services.common import directives, logs, rpc, settings, tokens
 from services.common.checkpoints import backends, records, storing
-from services.restorer import capturing, launching, restoring, retrying, sidecar
+from services.restorer import capturing, launching, restores, retrying, sidecar
 from services.restorer.harness import claude_code
 from tests.support import fake_harness, git_repos, store_server
 
@@ -203,8 +203,8 @@ def make_scene(
     )
 
 
-def fenced_attempt(scene: Scene) -> restoring.Attempt:
-    return restoring.Attempt(scene.project.worktree, scene.tmp / "fenced", scene.fenced_home)
+def fenced_attempt(scene: Scene) -> restores.Attempt:
+    return restores.Attempt(scene.project.worktree, scene.tmp / "fenced", scene.fenced_home)
 
 
 async def capture(

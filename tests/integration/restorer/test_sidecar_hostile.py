@@ -16,7 +16,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import records
-from services.restorer import capturing, restoring
+from services.restorer import capturing, restores
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import git_repos
 
@@ -136,7 +136,7 @@ async def test_a_symlink_in_the_harness_home_leading_out_is_refused(tmp_path: pa
     (hostile.scene.home / ".claude").mkdir()
     (hostile.scene.home / ".claude" / "projects").symlink_to(hostile.outside)
     before = hostile.scene.untouched()
-    await hostile.refused(restoring.HOME_UNSAFE)
+    await hostile.refused(restores.HOME_UNSAFE)
     assert hostile.scene.untouched() == before
     assert sorted(p.name for p in hostile.outside.iterdir()) == ["keep.txt"]
 

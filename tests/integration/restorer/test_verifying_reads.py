@@ -17,7 +17,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import local, records, storing
-from services.restorer import restoring
+from services.restorer import restores, restoring
 from tests.integration.restorer import sidecar_support as kit
 
 C = directives.Continuity
@@ -52,7 +52,7 @@ class CountingStore(local.LocalStore):
 
 async def _restore(
     scene: kit.Scene, kind: directives.Continuity
-) -> tuple[restoring.Event, CountingStore, list[tuple[str, str, int]]]:
+) -> tuple[restores.Event, CountingStore, list[tuple[str, str, int]]]:
     root = scene.tmp / "checkpoints"
     captured = await kit.capture(
         scene, settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(root)})
@@ -61,7 +61,7 @@ async def _restore(
     manifest = await store.get_manifest(captured.checkpoint_id)
     assert manifest is not None
     entries = list(records.stored_objects(records.decode_manifest(manifest)[0]))
-    attempt = restoring.Attempt(scene.worktree, scene.attempt_dir, scene.home)
+    attempt = restores.Attempt(scene.worktree, scene.attempt_dir, scene.home)
     events = [
         e
         async for e in restoring.restore(
@@ -84,7 +84,7 @@ async def test_each_object_the_restore_writes_is_read_once(
     sibling.parent.mkdir(parents=True)
     sibling.write_text("a tool's output, part of the session but not the conversation\n")
     result, store, entries = await _restore(scene, kind)
-    assert isinstance(result, restoring.Ready), result
+    assert isinstance(result, restores.Ready), result
     written_roles = {"source_bundle", "source_patch", "untracked"}
     written_roles.add("native_session" if kind is C.NATIVE else "transcript")
     # Objects are content-addressed: one the restore writes under any role is read once.
@@ -116,9 +116,9 @@ async def test_an_object_changed_in_the_store_is_refused_whoever_read_it(
     path = kit.object_path(root, sha)
     path.write_bytes(b"x" * path.stat().st_size)
     before = scene.untouched()
-    attempt = restoring.Attempt(scene.worktree, scene.attempt_dir, scene.home)
+    attempt = restores.Attempt(scene.worktree, scene.attempt_dir, scene.home)
     launch = scene.launch(kit.directive_for(captured, C.NATIVE))
     events = [e async for e in restoring.restore(launch, attempt, store)]
-    assert events[-1] == restoring.Refused("corrupt_object")
+    assert events[-1] == restores.Refused("corrupt_object")
     assert store.digests[sha] == 1  # the early read failed, so the store itself was asked
     assert scene.untouched() == before
