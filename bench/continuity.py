@@ -63,7 +63,7 @@ sys.path[:0] = [str(REPO), str(REPO / "services" / "proto")]
 
 from services.common import directives, settings  # noqa: E402
 from services.common.checkpoints import chain_indexes, local, records  # noqa: E402
-from services.restorer import capturing, launching, restores  # noqa: E402
+from services.restorer import captures, capturing, launching, restores  # noqa: E402
 from services.restorer.harness import claude_code  # noqa: E402
 
 TARGET = 1.2
@@ -516,7 +516,7 @@ async def archive_lag(tmp: pathlib.Path) -> tuple[list[float], float, int]:
 
     requested: list[tuple[float, int]] = []
 
-    async def timed(**kwargs: Any) -> capturing.Captured:
+    async def timed(**kwargs: Any) -> captures.Captured:
         result = await capture(**kwargs)
         captured.append((time.monotonic(), result.watermark))
         requested.append((time.monotonic(), sum(STORE_REQUESTS.values())))

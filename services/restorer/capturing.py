@@ -8,10 +8,11 @@ binary patch, untracked files), uploads the objects through the attempt's scoped
 (local folder, S3 or the checkpoint-store service), writes the record last, runs
 `Validator.verify` on the result (between full verifications, at most `FULL_VERIFY_S` apart, a
 capturer that extends its own verified checkpoint reads back only the objects it just wrote:
-`Validator.verify_written`), and reports the native session id and the archive watermark
-with `Recovery.ReportCapture` (coalesced: at most one report a second per attempt, the final
-report always sent, `reporting.Coalesced`). A capture whose material is unchanged since the
-last one writes nothing new.
+`Validator.verify_written`; all three in `checkpoint_writing`), and reports the native session
+id and the archive watermark with `Recovery.ReportCapture` (coalesced: at most one report a
+second per attempt, the final report always sent, `reporting.Coalesced`). A capture whose
+material is unchanged since the last one writes nothing new. The session files are read by
+`session_capturing`; what a capture answers is in `captures`.
 
 The sidecar captures continuously (`following`): a capture may reuse the source its last scan
 captured (`scan_source=False`), so following the session files at a second's lag does not
@@ -33,34 +34,30 @@ import contextlib
 import dataclasses
 import logging
 import os
-import re
-from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-import grpc
-from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc
-
-from services.common import logs, settings, tls
+from services.common import logs, settings
 from services.common.checkpoints import (
     chained_records,
     chains,
     reasons,
     records,
     storing,
-    validation,
 )
 from services.restorer import (
+    captures,
     chaining,
+    checkpoint_writing,
     fetching,
     launching,
     reporting,
     restores,
     retrying,
+    session_capturing,
     source,
     transcripts,
     whole_records,
 )
-from services.restorer.harness import base as harness_base
 
 log = logging.getLogger("services.restorer")
 DEFAULT_INTERVAL_S = 60.0
@@ -71,38 +68,8 @@ it within about this long, while a capture a second reads the session back once 
 every second."""
 _VERDICTS = frozenset(reason.value for reason in reasons.Reason)
 
-
-_Native = whole_records.Native | None
-
-
-class CaptureError(Exception):
-    """A capture that produced no checkpoint; the message is a reason code or `source: …`."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Captured:
-    """One capture's checkpoint: `written` is False when nothing had changed since the last.
-
-    `native_session_id` is the session the attempt holds, reported as such even when the
-    checkpoint is context only (its harness version is not qualified for native resume).
-    """
-
-    checkpoint_id: str
-    continuity: str
-    native_session_id: str | None
-    watermark: int
-    written: bool
-
-
-def _complete(files: Sequence[harness_base.SessionFile]) -> list[harness_base.SessionFile]:
-    """Session files cut after their last newline: a record still being written waits."""
-    out = []
-    for item in files:
-        data = item.data
-        if item.path.endswith(".jsonl") and not data.endswith(b"\n"):
-            data = data[: data.rfind(b"\n") + 1]
-        out.append(harness_base.SessionFile(item.path, data))
-    return out
+# services/restorer/main.py, being changed elsewhere, still names this here.
+CaptureError = captures.CaptureError
 
 
 class Capturer:
@@ -143,27 +110,23 @@ class Capturer:
         self._version = schema_version
         self._limit = limit
         self._previous: chaining.Previous | None = None
-        # The objects this capturer's own verification read and found intact (None: none yet,
-        # so its next capture verifies every object of its checkpoint).
-        self._verified: set[str] | None = None
-        self._verified_at = 0.0
-        self._full_verify_s = full_verify_s
+        self._writer = checkpoint_writing.CheckpointWriter(
+            launch.scope, storage.max_object_bytes, full_verify_s
+        )
         self._launch = launch
         self._attempt = attempt
         self._storage = storage
         self._control_addr = control_addr
         self._credential = worker_credential
         self._retry = retry
-        self._sequence: int | None = None
-        self._last: tuple[Any, Captured] | None = None
+        self._last: tuple[Any, captures.Captured] | None = None
         self._lock = asyncio.Lock()
-        self._harness_version: str | None = None
+        self._session = session_capturing.SessionReader(launch, attempt)
         self._scanned: tuple[source.SourceCapture | None, str] | None = None
-        self._reports: reporting.Coalesced[Captured] = reporting.Coalesced(
+        self._reports: reporting.Coalesced[captures.Captured] = reporting.Coalesced(
             self._send_report, report_period_s
         )
         self.wake = asyncio.Event()
-        self._unqualified = harness_base.UnqualifiedWarning()
 
     async def run(self, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         """Capture every `interval_s` seconds, or at once when `wake` is set, until cancelled."""
@@ -175,7 +138,7 @@ class Capturer:
                 self.wake.clear()
                 try:
                     await self.capture()
-                except CaptureError as error:
+                except captures.CaptureError as error:
                     logs.event(log, "capture_failed", logging.WARNING, reason=str(error))
                 except Exception as error:
                     # The loop outlives one bad capture; the type only, its message may hold
@@ -195,7 +158,7 @@ class Capturer:
 
     async def capture(
         self, *, final: bool = False, scan_source: bool = True, wait_report: bool = True
-    ) -> Captured:
+    ) -> captures.Captured:
         """Capture one checkpoint now.
 
         Args:
@@ -215,7 +178,7 @@ class Capturer:
         grant = self._launch.capture_grant
         async with self._lock, fetching.granted_store(self._launch, self._storage, grant) as store:
             if store is None:
-                raise CaptureError(restores.Refusal.NO_STORE.value)
+                raise captures.CaptureError(restores.Refusal.NO_STORE.value)
             captured = await self._capture(store, scan_source or final)
         if captured.written:
             logs.event(
@@ -230,10 +193,10 @@ class Capturer:
             await self._report(captured, final=final, wait=wait_report)
         return captured
 
-    async def _capture(self, store: storing.ArtifactStore, scan_source: bool) -> Captured:
+    async def _capture(self, store: storing.ArtifactStore, scan_source: bool) -> captures.Captured:
         launch = self._launch
         adapter = self._attempt.harness(launch.harness)
-        held, native, transcript_records = await self._native(adapter)
+        held, native, transcript_records = await self._session.read(adapter)
         archive = transcripts.archive(transcript_records)
         watermark = len(transcript_records)
         if scan_source or self._scanned is None:
@@ -248,7 +211,7 @@ class Capturer:
         )
         if self._last is not None and self._last[0] == material:
             return dataclasses.replace(self._last[1], written=False)
-        sequence, checkpoint_id = await self._free_id(store)
+        sequence, checkpoint_id = await self._writer.free_id(store)
         scope = launch.scope
         authority = records.Authority(
             swarm=scope.swarm,
@@ -293,18 +256,18 @@ class Capturer:
                     **fields,
                 )
         except ValueError:
-            raise CaptureError("invalid_record") from None
+            raise captures.CaptureError("invalid_record") from None
         except source.SourceError as error:
-            raise CaptureError(error.reason) from None
+            raise captures.CaptureError(error.reason) from None
         try:
-            await self._upload(store, objects, checkpoint_id, record)
-        except CaptureError as error:
+            await self._writer.write(store, objects, checkpoint_id, record)
+        except captures.CaptureError as error:
             if self._version == chained_records.VERSION and str(error) in _VERDICTS:
                 # The written checkpoint did not verify, and the chains it extended may be why
                 # (a previous record whose segments were damaged): start every chain anew.
                 self._previous = chaining.Previous.nothing()
             raise
-        captured_checkpoint = Captured(
+        captured_checkpoint = captures.Captured(
             checkpoint_id=checkpoint_id,
             continuity=record["continuity"],
             native_session_id=held,
@@ -327,38 +290,7 @@ class Capturer:
             return None  # an unreadable listing or record: every chain starts anew
         except Exception as error:  # the store is down or refused the grant
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-            raise CaptureError("checkpoint store unavailable") from None
-
-    async def _native(self, adapter: harness_base.Harness) -> tuple[str | None, _Native, list[str]]:
-        """The session held, the qualified native session (or None), the complete records."""
-        home, worktree = self._attempt.harness_home, self._attempt.worktree
-        session_id = adapter.native_session_id(home, worktree)
-        if session_id is None:
-            return None, None, []
-        try:
-            files = _complete(adapter.capture_session(home, worktree, session_id))
-            conversation = adapter.transcript_records(files)
-        except (harness_base.HarnessError, transcripts.TranscriptError):
-            return None, None, []
-        version = self._harness_version
-        if version is None:
-            try:
-                version = await adapter.read_version(self._launch.command[0])
-            except harness_base.HarnessError:
-                version = ""
-            else:
-                self._harness_version = version  # the attempt's harness does not change
-        if not version or not adapter.qualifies(version):
-            self._unqualified.warn(log, adapter, version)
-            return session_id, None, conversation
-        placed = [(records.NativeFile(f.path, records.Blob.of(f.data)), f.data) for f in files]
-        native = records.Native(
-            harness=adapter.name,
-            harness_version=version,
-            native_session_id=session_id,
-            files=tuple(nf for nf, _ in placed),
-        )
-        return session_id, (native, placed), conversation
+            raise captures.CaptureError("checkpoint store unavailable") from None
 
     async def _source(self) -> tuple[source.SourceCapture | None, str]:
         """The worktree's source (with its one bundle for version 2) and the repository the
@@ -371,7 +303,7 @@ class Capturer:
                 worktree, with_bundle=self._version == records.WHOLE_OBJECTS_VERSION
             )
         except source.SourceError as error:
-            raise CaptureError(error.reason) from None
+            raise captures.CaptureError(error.reason) from None
         project = self._project_named(captured.repository)
         repository = captured.repository or (project.repository if project else "")
         return captured, repository or restores.NO_ORIGIN
@@ -386,82 +318,10 @@ class Capturer:
     def _project(self, repository: str) -> str:
         project = self._project_named(repository)
         if project is None:
-            raise CaptureError("the worker's registration names no project")
+            raise captures.CaptureError("the worker's registration names no project")
         return project.name
 
-    async def _free_id(self, store: storing.ArtifactStore) -> tuple[int, str]:
-        """The next sequence whose checkpoint id is not taken: a stored checkpoint is
-        authoritative and is never written over (another capturer may share the scope)."""
-        for _ in range(1000):
-            sequence = await self._next_sequence(store)
-            checkpoint_id = f"ckpt-{self._launch.scope.execution_id}-{sequence}"
-            try:
-                taken = await store.get_manifest(checkpoint_id) is not None
-            except storing.StoreError:
-                taken = True
-            except Exception as error:  # the store is down or refused the grant
-                logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-                raise CaptureError("checkpoint store unavailable") from None
-            if not taken:
-                return sequence, checkpoint_id
-        raise CaptureError("no free checkpoint id")
-
-    async def _next_sequence(self, store: storing.ArtifactStore) -> int:
-        if self._sequence is None:
-            mine = re.compile(rf"ckpt-{re.escape(self._launch.scope.execution_id)}-(\d+)")
-            try:
-                ids = await store.list_checkpoint_ids()
-            except Exception as error:  # a store that cannot list still takes new checkpoints
-                logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-                ids = []
-            found = [int(m.group(1)) for i in ids if (m := mine.fullmatch(i))]
-            self._sequence = max(found, default=0)
-        self._sequence += 1
-        return self._sequence
-
-    async def _upload(
-        self,
-        store: storing.ArtifactStore,
-        objects: dict[str, bytes],
-        checkpoint_id: str,
-        record: dict[str, Any],
-    ) -> None:
-        """Objects first, the record last, then the verification of what was written."""
-        try:
-            for sha256, data in objects.items():
-                await store.put_object(
-                    _one(data),
-                    sha256=sha256,
-                    size=len(data),
-                    max_size=self._storage.max_object_bytes,
-                )
-            await store.put_manifest(checkpoint_id, records.encode_manifest(record))
-            named = {sha256 for _role, sha256, _size in records.stored_objects(record)}
-            validator = validation.Validator(store)
-            expectation = validation.Expectation(
-                checkpoint_id, self._launch.scope.execution_generation
-            )
-            loop = asyncio.get_running_loop()
-            recent = loop.time() - self._verified_at < self._full_verify_s
-            if recent and self._verified is not None and named <= self._verified | objects.keys():
-                # Everything else it names, this capturer verified before: read only what it
-                # wrote now, so continuous capture does not read the session again each time.
-                written = {sha256: len(data) for sha256, data in objects.items()}
-                verdict = await validator.verify_written(expectation, written)
-            else:
-                verdict = await validator.verify(expectation)
-                self._verified, self._verified_at = set(), loop.time()
-        except storing.StoreError as error:
-            raise CaptureError(type(error).__name__) from None
-        except Exception as error:  # the store is down or refused the grant
-            logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
-            raise CaptureError("checkpoint store unavailable") from None
-        if verdict.reason is not None:
-            self._verified = None  # the next capture verifies everything again
-            raise CaptureError(verdict.reason.value)
-        self._verified = (self._verified or set()) | named | objects.keys()
-
-    async def _report(self, captured: Captured, *, final: bool, wait: bool) -> None:
+    async def _report(self, captured: captures.Captured, *, final: bool, wait: bool) -> None:
         if not self._control_addr or not self._credential:
             return
         if final:
@@ -469,44 +329,13 @@ class Capturer:
         else:
             await self._reports.report(captured, wait=wait)
 
-    async def _send_report(self, captured: Captured, final: bool) -> None:
+    async def _send_report(self, captured: captures.Captured, final: bool) -> None:
         assert self._control_addr is not None and self._credential is not None
-        request = recovery_pb2.ReportCaptureRequest(
-            native_session_id=captured.native_session_id or "",
-            archive_watermark=captured.watermark,
-            checkpoint_id=captured.checkpoint_id,
+        await reporting.send_capture_report(
+            self._control_addr,
+            self._credential,
+            self._retry,
+            self._launch.scope.execution_id,
+            captured,
             final=final,
         )
-        credential = self._credential
-        async with tls.channel(self._control_addr) as channel:
-            stub = recovery_pb2_grpc.RecoveryStub(channel)
-
-            async def call() -> Any:
-                return await stub.ReportCapture(
-                    request, metadata=retrying.bearer(credential), timeout=10.0
-                )
-
-            try:
-                await self._retry.call(call)
-            except grpc.aio.AioRpcError as error:
-                # The checkpoint stands; the next capture reports again.
-                logs.event(
-                    log,
-                    "capture_report_failed",
-                    logging.WARNING,
-                    reason=retrying.reason_of(error),
-                )
-            else:
-                # The controller now holds this watermark: a fence from here on records it.
-                logs.event(
-                    log,
-                    "capture_reported",
-                    execution_id=self._launch.scope.execution_id,
-                    checkpoint_id=captured.checkpoint_id,
-                    watermark=captured.watermark,
-                    final=final,
-                )
-
-
-async def _one(data: bytes) -> AsyncIterator[bytes]:
-    yield data

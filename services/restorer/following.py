@@ -40,7 +40,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 import watchfiles
 
 from services.common import logs
-from services.restorer import capturing
+from services.restorer import captures, capturing
 from services.restorer.harness import claude_code, codex
 
 log = logging.getLogger("services.restorer")
@@ -229,7 +229,7 @@ class Follower:
     async def _capture(self, scan: bool) -> bool:
         try:
             await self._capturer.capture(scan_source=scan, wait_report=False)
-        except capturing.CaptureError as error:
+        except captures.CaptureError as error:
             self.counts.failed += 1
             logs.event(log, "capture_failed", logging.WARNING, reason=str(error))
             return False

@@ -40,6 +40,7 @@ from collections.abc import Mapping, Sequence
 
 from services.common import directives, logs, qualified_versions, settings
 from services.restorer import (
+    captures,
     capturing,
     entry,
     fetching,
@@ -218,13 +219,13 @@ async def _session(cli: _Cli, pod: _Pod) -> list[tuple[str, str]]:
 
 async def _capture(
     cli: _Cli, pod: _Pod, root: pathlib.Path, harness_env: Mapping[str, str]
-) -> capturing.Captured:
+) -> captures.Captured:
     storage = settings.load_storage({"AGENTIHOOKS_CHECKPOINT_ROOT": str(root / "checkpoints")})
     attempt = restores.Attempt(pod.worktree, pod.home.parent, pod.home, harness_env)
     capturer = capturing.Capturer(_launch(cli, _FENCED, directives.FRESH, 0), attempt, storage)
     try:
         captured = await capturer.capture()
-    except capturing.CaptureError as error:
+    except captures.CaptureError as error:
         raise _Failed("capture", f"the capture failed: {error}") from None
     if captured.continuity != "native" or not captured.native_session_id:
         raise _Failed("capture", "the checkpoint holds no native session")
@@ -236,7 +237,7 @@ async def _restore(
     pod: _Pod,
     root: pathlib.Path,
     harness_env: Mapping[str, str],
-    captured: capturing.Captured,
+    captured: captures.Captured,
 ) -> restores.Ready:
     directive = directives.Directive(
         captured.checkpoint_id,

@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc, restorer_pb2, types_pb2
 
-from services.common import tls
-from services.restorer import launching, restores, retrying
+from services.common import logs, tls
+from services.restorer import captures, launching, restores, retrying
 
 CONTROLLER_UNAVAILABLE = "controller unavailable: the outcome could not be reported"
 REPORT_RETRY = retrying.Retry(attempts=8, base_s=0.25, cap_s=5.0)
@@ -32,6 +33,7 @@ REPORT_PERIOD_S = 1.0
 """The shortest time between two capture reports of one attempt."""
 
 _T = TypeVar("_T")
+log = logging.getLogger("services.restorer")
 
 
 def ready_pb(ready: restores.Ready) -> restorer_pb2.RestoreReady:
@@ -195,3 +197,51 @@ class Coalesced(Generic[_T]):
             self._last_sent = asyncio.get_running_loop().time()
             self.sent += 1
             await self._send(item, False)
+
+
+async def send_capture_report(
+    control_addr: str,
+    credential: str,
+    retry: retrying.Retry,
+    execution_id: str,
+    captured: captures.Captured,
+    *,
+    final: bool,
+) -> None:
+    """Report one capture with `Recovery.ReportCapture` (`Coalesced` decides when); a report
+    the controller does not take is logged, not raised: the checkpoint stands, and the next
+    capture reports again."""
+    request = recovery_pb2.ReportCaptureRequest(
+        native_session_id=captured.native_session_id or "",
+        archive_watermark=captured.watermark,
+        checkpoint_id=captured.checkpoint_id,
+        final=final,
+    )
+    async with tls.channel(control_addr) as channel:
+        stub = recovery_pb2_grpc.RecoveryStub(channel)
+
+        async def call() -> Any:
+            return await stub.ReportCapture(
+                request, metadata=retrying.bearer(credential), timeout=10.0
+            )
+
+        try:
+            await retry.call(call)
+        except grpc.aio.AioRpcError as error:
+            # The checkpoint stands; the next capture reports again.
+            logs.event(
+                log,
+                "capture_report_failed",
+                logging.WARNING,
+                reason=retrying.reason_of(error),
+            )
+        else:
+            # The controller now holds this watermark: a fence from here on records it.
+            logs.event(
+                log,
+                "capture_reported",
+                execution_id=execution_id,
+                checkpoint_id=captured.checkpoint_id,
+                watermark=captured.watermark,
+                final=final,
+            )

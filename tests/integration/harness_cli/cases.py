@@ -12,7 +12,7 @@ import re
 import subprocess
 
 from services.common import directives
-from services.restorer import capturing, transcripts
+from services.restorer import captures, transcripts
 from services.restorer.harness import base, claude_code, commands
 from tests.integration.harness_cli import cli_support as cs
 
@@ -195,7 +195,7 @@ def _kind(table: commands.FlagTable, name: str) -> str:
     return "flag"
 
 
-def directives_native(captured: capturing.Captured) -> directives.Directive:
+def directives_native(captured: captures.Captured) -> directives.Directive:
     return directives.Directive(
         captured.checkpoint_id, C.NATIVE, captured.native_session_id, captured.watermark
     )

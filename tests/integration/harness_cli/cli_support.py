@@ -29,7 +29,7 @@ from typing import Any
 
 from services.common import directives, settings
 from services.common.checkpoints import backends, storing
-from services.restorer import capturing, entry, launching, model_mock, restores, restoring
+from services.restorer import captures, capturing, entry, launching, model_mock, restores, restoring
 from services.restorer.harness import claude_code, codex
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import agent_clis, binaries, git_repos, model_api
@@ -253,7 +253,7 @@ def launch_record(
     )
 
 
-async def capture(cli: Cli, seat: Seat, command: Sequence[str]) -> capturing.Captured:
+async def capture(cli: Cli, seat: Seat, command: Sequence[str]) -> captures.Captured:
     """The fenced attempt's checkpoint, taken by the restorer's real Capturer; then its Pod is
     lost: its worktree, home and config folder are gone, as on another machine, so nothing of
     them can help the replacement."""

@@ -32,7 +32,7 @@ from agentihooks.swarm.v2 import (
 
 from services.common import directives, logs, rpc, settings, tokens
 from services.common.checkpoints import backends, records, storing
-from services.restorer import capturing, launching, restores, retrying, sidecar
+from services.restorer import captures, capturing, launching, restores, retrying, sidecar
 from services.restorer.harness import claude_code
 from tests.support import fake_harness, git_repos, store_server
 
@@ -214,7 +214,7 @@ async def capture(
     launch: launching.LaunchRecord | None = None,
     control_addr: str | None = None,
     credential: str | None = None,
-) -> capturing.Captured:
+) -> captures.Captured:
     """The fenced attempt captures its checkpoint through the real Capturer."""
     fenced = launch or scene.launch(directives.FRESH, scope=SCOPE)
     capturer = capturing.Capturer(
@@ -229,7 +229,7 @@ async def capture(
 
 async def capture_remote(
     scene: Scene, store: store_server.StoreServer, *, credential: str, control: str
-) -> tuple[capturing.Captured, str]:
+) -> tuple[captures.Captured, str]:
     """The fenced attempt captures through the checkpoint-store service; returns the
     checkpoint and a read grant for the replacement."""
     _, write_grant = store.grant(tokens.Right.WRITE, tokens.Right.READ)
@@ -247,9 +247,7 @@ async def capture_remote(
     return captured, read_grant
 
 
-def directive_for(
-    captured: capturing.Captured, kind: directives.Continuity
-) -> directives.Directive:
+def directive_for(captured: captures.Captured, kind: directives.Continuity) -> directives.Directive:
     session = captured.native_session_id if kind is C.NATIVE else None
     return directives.Directive(captured.checkpoint_id, kind, session, captured.watermark)
 

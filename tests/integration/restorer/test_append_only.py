@@ -22,7 +22,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import backends, local, records, s3, storing
-from services.restorer import capturing
+from services.restorer import captures, capturing
 from tests.integration.restorer import sessions
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import s3 as s3_support
@@ -297,7 +297,7 @@ async def test_a_damaged_chain_is_not_extended_twice(
     path = kit.object_path(pathlib.Path(store.env["CHECKPOINT_ROOT"]), damaged)
     path.write_bytes(b"x" * path.stat().st_size)
     sessions.grow(scene, 8 * 1024)
-    with pytest.raises(capturing.CaptureError, match="corrupt_object"):
+    with pytest.raises(captures.CaptureError, match="corrupt_object"):
         await capturer.capture()
     sessions.grow(scene, 1024)
     again = await store.record((await capturer.capture()).checkpoint_id)

@@ -16,7 +16,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import validation
-from services.restorer import capturing, transcripts
+from services.restorer import captures, capturing, transcripts
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import ports
 
@@ -81,7 +81,7 @@ async def test_an_unchanged_attempt_writes_no_new_checkpoint(tmp_path: pathlib.P
     )
     first = await capturer.capture()
     again = await capturer.capture()
-    assert again == capturing.Captured(
+    assert again == captures.Captured(
         first.checkpoint_id, first.continuity, first.native_session_id, first.watermark, False
     )
     session = next((scene.fenced_home / ".claude" / "projects").rglob("*.jsonl"))
@@ -128,7 +128,7 @@ async def test_an_unqualified_harness_version_captures_context_only(tmp_path: pa
 async def test_a_worker_without_a_store_captures_nothing(tmp_path: pathlib.Path) -> None:
     """No checkpoint store is configured: the capture fails with that reason, nothing else."""
     scene = kit.make_scene(tmp_path)
-    with pytest.raises(capturing.CaptureError, match="no checkpoint store is configured"):
+    with pytest.raises(captures.CaptureError, match="no checkpoint store is configured"):
         await kit.capture(scene, settings.load_storage({}))
 
 

@@ -22,7 +22,7 @@ import pytest
 
 from services.common import directives
 from services.common.checkpoints import validation
-from services.restorer import capturing
+from services.restorer import captures, capturing
 from tests.integration.restorer import sidecar_support as kit
 
 pytestmark = pytest.mark.usefixtures("usual_umask")
@@ -95,7 +95,7 @@ async def test_a_new_capturer_verifies_everything_and_starts_its_chains_anew(
 
     restarted = capturing.Capturer(launch, kit.fenced_attempt(scene), _storage(tmp_path))
     _append(scene, "appended while the sidecar restarted")
-    with pytest.raises(capturing.CaptureError, match="corrupt_object"):
+    with pytest.raises(captures.CaptureError, match="corrupt_object"):
         await restarted.capture()
     anew = await restarted.capture()
     assert anew.written

@@ -28,7 +28,7 @@ from services.common.checkpoints import (
     storing,
     validation,
 )
-from services.restorer import capturing, transcripts
+from services.restorer import captures, capturing, transcripts
 from services.restorer.harness import claude_code
 from tests.integration.restorer import sessions
 from tests.integration.restorer import sidecar_support as kit
@@ -100,7 +100,7 @@ def place(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Place:
     return found
 
 
-async def _long_session(scene: kit.Scene, place: Place) -> capturing.Captured:
+async def _long_session(scene: kit.Scene, place: Place) -> captures.Captured:
     """`CAPTURES` captures, each after one small append (as continuous capture leaves them)."""
     capturer = capturing.Capturer(
         scene.launch(directives.FRESH, scope=kit.SCOPE), kit.fenced_attempt(scene), place.storage
@@ -122,9 +122,7 @@ async def _record(place: Place, checkpoint_id: str) -> dict[str, Any]:
     return records.decode_manifest(data)[0]
 
 
-async def _restore(
-    scene: kit.Scene, place: Place, captured: capturing.Captured, kind: C
-) -> kit.Run:
+async def _restore(scene: kit.Scene, place: Place, captured: captures.Captured, kind: C) -> kit.Run:
     launch = scene.launch(kit.directive_for(captured, kind))
     conf = scene.conf(LAUNCH_RECORD=scene.write_launch(launch), **place.env)
     return await kit.restore_once(conf, scene.worktree)

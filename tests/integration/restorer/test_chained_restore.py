@@ -19,7 +19,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import chains, index_reading, records
-from services.restorer import capturing, transcripts
+from services.restorer import captures, capturing, transcripts
 from services.restorer.harness import claude_code
 from tests.integration.restorer import sessions
 from tests.integration.restorer import sidecar_support as kit
@@ -44,7 +44,7 @@ def _commit(scene: kit.Scene, name: str, text: str) -> None:
 
 async def _long_session(
     scene: kit.Scene, *, version: int = 3, segment_bytes: int = SEGMENT
-) -> capturing.Captured:
+) -> captures.Captured:
     """Five captures: the session grows (once by more than a segment), commits land between
     captures, an untracked file appears. The last checkpoint is returned. With `SEGMENT` the
     session ends in eight segments, kept in an index object (`chain_indexes.LEAF_SEGMENTS`);
@@ -72,7 +72,7 @@ async def _long_session(
 
 
 async def _restore(
-    scene: kit.Scene, captured: capturing.Captured, kind: C, **launch: Any
+    scene: kit.Scene, captured: captures.Captured, kind: C, **launch: Any
 ) -> kit.Run:
     launched = scene.launch(kit.directive_for(captured, kind), **launch)
     conf = scene.conf(

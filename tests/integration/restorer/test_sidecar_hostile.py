@@ -16,7 +16,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import records
-from services.restorer import capturing, restores
+from services.restorer import captures, restores
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import git_repos
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.usefixtures("usual_umask")
 
 
 class Hostile:
-    def __init__(self, tmp: pathlib.Path, scene: kit.Scene, captured: capturing.Captured) -> None:
+    def __init__(self, tmp: pathlib.Path, scene: kit.Scene, captured: captures.Captured) -> None:
         self.tmp = tmp
         self.scene = scene
         self.captured = captured

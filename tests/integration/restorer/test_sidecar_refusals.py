@@ -26,7 +26,7 @@ import pytest
 
 from services.common import directives, settings
 from services.common.checkpoints import records
-from services.restorer import capturing, launching
+from services.restorer import captures, launching
 from tests.integration.restorer import sidecar_support as kit
 from tests.support import fake_harness, git_repos
 
@@ -41,7 +41,7 @@ class Template:
     scene: kit.Scene
     root: pathlib.Path
     existing: pathlib.Path
-    captured: capturing.Captured
+    captured: captures.Captured
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
 class World:
     scene: kit.Scene
     root: pathlib.Path
-    captured: capturing.Captured
+    captured: captures.Captured
 
     @property
     def store(self) -> Any:
