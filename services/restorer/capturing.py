@@ -55,6 +55,7 @@ from services.restorer import (
     retrying,
     session_capturing,
     source,
+    source_records,
     transcripts,
     whole_records,
 )
@@ -67,9 +68,6 @@ checkpoint again: an object the store damaged after it was verified stops the ch
 it within about this long, while a capture a second reads the session back once a minute, not
 every second."""
 _VERDICTS = frozenset(reason.value for reason in reasons.Reason)
-
-# services/restorer/main.py, being changed elsewhere, still names this here.
-CaptureError = captures.CaptureError
 
 
 class Capturer:
@@ -122,7 +120,7 @@ class Capturer:
         self._last: tuple[Any, captures.Captured] | None = None
         self._lock = asyncio.Lock()
         self._session = session_capturing.SessionReader(launch, attempt)
-        self._scanned: tuple[source.SourceCapture | None, str] | None = None
+        self._scanned: tuple[source_records.SourceCapture | None, str] | None = None
         self._reports: reporting.Coalesced[captures.Captured] = reporting.Coalesced(
             self._send_report, report_period_s
         )
@@ -257,7 +255,7 @@ class Capturer:
                 )
         except ValueError:
             raise captures.CaptureError("invalid_record") from None
-        except source.SourceError as error:
+        except source_records.SourceError as error:
             raise captures.CaptureError(error.reason) from None
         try:
             await self._writer.write(store, objects, checkpoint_id, record)
@@ -292,7 +290,7 @@ class Capturer:
             logs.event(log, "store_failed", logging.WARNING, exception=type(error).__name__)
             raise captures.CaptureError("checkpoint store unavailable") from None
 
-    async def _source(self) -> tuple[source.SourceCapture | None, str]:
+    async def _source(self) -> tuple[source_records.SourceCapture | None, str]:
         """The worktree's source (with its one bundle for version 2) and the repository the
         record names; (None, "") when the worktree has no repository."""
         worktree = self._attempt.worktree
@@ -302,7 +300,7 @@ class Capturer:
             captured = await source.capture(
                 worktree, with_bundle=self._version == records.WHOLE_OBJECTS_VERSION
             )
-        except source.SourceError as error:
+        except source_records.SourceError as error:
             raise captures.CaptureError(error.reason) from None
         project = self._project_named(captured.repository)
         repository = captured.repository or (project.repository if project else "")

@@ -35,7 +35,7 @@ from services.common.checkpoints import (
     storing,
     validation,
 )
-from services.restorer import bundles, launching, source
+from services.restorer import bundles, launching, source_records
 
 _LOOKBACK = 8
 """How many of the attempt's newest checkpoints are tried before starting every chain anew."""
@@ -156,7 +156,7 @@ async def lay_out(
     *,
     archive: bytes,
     files: Sequence[SessionFile],
-    captured: source.SourceCapture | None,
+    captured: source_records.SourceCapture | None,
     repository: str,
     worktree: pathlib.Path,
     limit: int,
@@ -173,7 +173,7 @@ async def lay_out(
         limit: the largest segment to make.
 
     Raises:
-        source.SourceError: the bundle chain could not be extended.
+        source_records.SourceError: the bundle chain could not be extended.
     """
     last = previous or Previous.nothing()
     uploads: dict[str, bytes] = {}

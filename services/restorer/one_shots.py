@@ -12,16 +12,17 @@ from typing import Any
 
 from services.common import errors, settings
 from services.restorer import (
+    captures,
     capturing,
     entry,
-    restoring,
+    restores,
     serving,
     sidecar,
 )
 
 
-def _result_json(result: restoring.Ready | restoring.Refused) -> dict[str, Any]:
-    if isinstance(result, restoring.Refused):
+def _result_json(result: restores.Ready | restores.Refused) -> dict[str, Any]:
+    if isinstance(result, restores.Refused):
         return {"state": "refused", "reason": result.reason}
     return {
         "state": "ready",
@@ -62,7 +63,7 @@ async def restore_once(conf: settings.RestorerSettings, worktree: pathlib.Path) 
     service.start(str(worktree))
     result = await service.wait()
     print(json.dumps(_result_json(result), ensure_ascii=False))
-    return 0 if isinstance(result, restoring.Ready) else entry.EXIT_REFUSED
+    return 0 if isinstance(result, restores.Ready) else entry.EXIT_REFUSED
 
 
 async def capture_once(conf: settings.RestorerSettings, worktree: pathlib.Path) -> int:
@@ -81,7 +82,7 @@ async def capture_once(conf: settings.RestorerSettings, worktree: pathlib.Path) 
     )
     try:
         captured = await capturer.capture()
-    except capturing.CaptureError as error:
+    except captures.CaptureError as error:
         print(json.dumps({"state": "failed", "reason": str(error)}))
         return 1
     print(

@@ -66,11 +66,6 @@ from services.restorer.harness import base as harness_base
 log = logging.getLogger("services.restorer")
 Continuity = directives.Continuity
 
-# services/restorer/main.py, being changed elsewhere, still names these here.
-Attempt = restores.Attempt
-Ready = restores.Ready
-Refused = restores.Refused
-
 VERIFY_CONCURRENCY = fetching.CONCURRENCY
 """Objects the Validator checks at once (most answer from reads already under way)."""
 

@@ -25,11 +25,12 @@ from agentihooks.swarm.v2 import restorer_pb2
 
 from services.common import errors, logs, rpc, settings, tls_settings
 from services.restorer import (
+    captures,
     capturing,
     entry,
     following,
     launching,
-    restoring,
+    restores,
     sidecar,
 )
 
@@ -116,7 +117,7 @@ async def _final_captures(capturers: Sequence[capturing.Capturer]) -> None:
                 await capturer.capture(final=True)
         except TimeoutError:
             logs.event(log, "final_capture_failed", logging.WARNING, reason="timeout")
-        except capturing.CaptureError as error:
+        except captures.CaptureError as error:
             logs.event(log, "final_capture_failed", logging.WARNING, reason=str(error))
         except Exception as error:
             # The type only: its message may hold paths.
@@ -157,7 +158,7 @@ async def serve(
     loops: list[asyncio.Task[None]] = []  # the capture loops, stopped before the final capture
     tasks: list[asyncio.Task[None]] = []
 
-    def start_capturing(launch: launching.LaunchRecord, attempt: restoring.Attempt) -> None:
+    def start_capturing(launch: launching.LaunchRecord, attempt: restores.Attempt) -> None:
         if capture_interval_s <= 0:
             return
         capturer = capturing.Capturer(

@@ -13,9 +13,6 @@ following symlinks (moving them in from a staging folder when `StagedUntracked` 
 ahead). Staged versus unstaged is not preserved (every change ends up staged); the working
 tree is. Repositories whose attributes convert line endings or run filters are restored as
 git's checkout writes them.
-
-The records' types and error are named here too (`source.SourceCapture`, `source.SourceError`,
-`source.UntrackedFile`) for the modules that read them as the source's.
 """
 
 from __future__ import annotations
@@ -30,10 +27,6 @@ import threading
 from collections.abc import Mapping, Sequence
 
 from services.restorer import checkouts, git_commands, paths, source_records, worktree_rebuilding
-
-SourceError = source_records.SourceError
-UntrackedFile = source_records.UntrackedFile
-SourceCapture = source_records.SourceCapture
 
 
 async def _base(worktree: pathlib.Path, branch: str, env: Mapping[str, str]) -> str:
@@ -71,8 +64,8 @@ async def _bundle(
 
 def _read_untracked(
     worktree: pathlib.Path, listing: bytes
-) -> tuple[tuple[UntrackedFile, ...], int]:
-    files: list[UntrackedFile] = []
+) -> tuple[tuple[source_records.UntrackedFile, ...], int]:
+    files: list[source_records.UntrackedFile] = []
     skipped = 0
     for raw in sorted(filter(None, listing.split(b"\x00"))):
         try:
@@ -88,7 +81,7 @@ def _read_untracked(
             # record cannot carry: the record has no way to hold it.
             skipped += 1
             continue
-        files.append(UntrackedFile(relative, mode, data))
+        files.append(source_records.UntrackedFile(relative, mode, data))
     return tuple(files), skipped
 
 
@@ -97,7 +90,7 @@ async def capture(
     *,
     extra_env: Mapping[str, str] | None = None,
     with_bundle: bool = True,
-) -> SourceCapture:
+) -> source_records.SourceCapture:
     """Capture a worktree's committed, uncommitted and untracked source.
 
     Args:
@@ -110,17 +103,17 @@ async def capture(
         The capture (see the module notes for how the base is chosen).
 
     Raises:
-        SourceError: the folder is not a repository with a commit, or git failed.
+        source_records.SourceError: the folder is not a repository with a commit, or git failed.
     """
     wt = pathlib.Path(worktree)
     if not await asyncio.to_thread(wt.is_dir):
-        raise SourceError("source: worktree is missing")
+        raise source_records.SourceError("source: worktree is missing")
     env = git_commands.git_environment(extra_env)
     head = await git_commands.optional(
         ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"], cwd=wt, env=env
     )
     if not head:
-        raise SourceError("source: worktree has no repository with a commit")
+        raise source_records.SourceError("source: worktree has no repository with a commit")
     branch = await git_commands.optional(
         ["symbolic-ref", "--quiet", "--short", "HEAD"], cwd=wt, env=env
     )
@@ -138,7 +131,7 @@ async def capture(
             await git_commands.optional(["rev-list", "--max-parents=0", "HEAD"], cwd=wt, env=env)
         ).split()
         if not roots:
-            raise SourceError("source: history could not be read")
+            raise source_records.SourceError("source: history could not be read")
         base = roots[-1]  # the oldest root when histories were merged
         if with_bundle:
             bundle = await _bundle(wt, ["HEAD"], env)
@@ -169,7 +162,7 @@ async def capture(
         error="source: untracked files could not be listed",
     )
     untracked, skipped = await asyncio.to_thread(_read_untracked, wt, listing)
-    return SourceCapture(
+    return source_records.SourceCapture(
         repository=repository,
         branch=branch,
         base_commit=base,
@@ -187,7 +180,7 @@ async def capture(
 
 async def apply(
     worktree: str | os.PathLike[str],
-    capture: SourceCapture,
+    capture: source_records.SourceCapture,
     repository_url: str,
     *,
     extra_env: Mapping[str, str] | None = None,
@@ -204,14 +197,14 @@ async def apply(
         staged: the capture's untracked files, already being staged (the caller discards it).
 
     Raises:
-        SourceError: hostile or inconsistent input (refused before anything is written), or a
-            git step failed.
+        source_records.SourceError: hostile or inconsistent input (refused before anything
+            is written), or a git step failed.
     """
     wt = pathlib.Path(worktree)
     env = git_commands.git_environment(extra_env)
     for commit in (capture.base_commit, capture.head_commit):
         if not worktree_rebuilding.COMMIT.fullmatch(commit):
-            raise SourceError("source: commit id is malformed")
+            raise source_records.SourceError("source: commit id is malformed")
     untracked_paths = [item.path for item in capture.untracked]
     worktree_rebuilding.check_paths(None, untracked_paths, "source: unsafe path in untracked files")
     with tempfile.TemporaryDirectory(prefix="agentihooks-restore-") as scratch_name:
@@ -237,14 +230,16 @@ async def apply(
             worktree_rebuilding.check_paths(None, patched, "source: unsafe path in patch")
         state = await asyncio.to_thread(worktree_rebuilding.worktree_state, wt)
         if state == "other":
-            raise SourceError("source: worktree is not empty and holds no repository")
+            raise source_records.SourceError(
+                "source: worktree is not empty and holds no repository"
+            )
         if state == "repository":
             worktree_rebuilding.check_paths(wt, patched, "source: unsafe path in patch")
             worktree_rebuilding.check_paths(
                 wt, untracked_paths, "source: unsafe path in untracked files"
             )
         elif not repository_url and not capture.all_bundles():
-            raise SourceError("source: no repository to clone")
+            raise source_records.SourceError("source: no repository to clone")
 
         # Nothing above wrote anything; from here on the worktree changes.
         try:
@@ -256,7 +251,7 @@ async def apply(
             await asyncio.to_thread(
                 worktree_rebuilding.write_untracked, wt, capture.untracked, staging, names
             )
-        except SourceError:
+        except source_records.SourceError:
             if state != "repository":
                 await asyncio.to_thread(checkouts.undo, wt, state == "missing")
             raise
@@ -276,7 +271,9 @@ class StagedUntracked:
         files: the untracked files, exactly as `apply` will get them in its capture.
     """
 
-    def __init__(self, folder: pathlib.Path, files: tuple[UntrackedFile, ...]) -> None:
+    def __init__(
+        self, folder: pathlib.Path, files: tuple[source_records.UntrackedFile, ...]
+    ) -> None:
         self.files = files
         self._stop = threading.Event()
         self._staging: paths.Staging | None = None

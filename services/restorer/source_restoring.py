@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.common import directives
-from services.restorer import checkouts, launching, restores, source
+from services.restorer import checkouts, launching, restores, source, source_records
 
 Continuity = directives.Continuity
 
@@ -56,10 +56,10 @@ class SourceStep:
             return False
         repository = _repository(self._launch.project(record["project"]), captured)
         untracked = [
-            source.UntrackedFile(item["path"], item["mode"], await fetch(item))
+            source_records.UntrackedFile(item["path"], item["mode"], await fetch(item))
             for item in captured.get("untracked", [])
         ]
-        capture = source.SourceCapture(
+        capture = source_records.SourceCapture(
             repository=captured["repository"],
             branch=captured.get("branch") or "",
             base_commit=captured["base_commit"],
@@ -83,7 +83,7 @@ class SourceStep:
     async def _apply(
         self,
         worktree: pathlib.Path,
-        capture: source.SourceCapture,
+        capture: source_records.SourceCapture,
         repository: str,
         staged: source.StagedUntracked,
     ) -> None:
@@ -97,7 +97,7 @@ class SourceStep:
                 await early.discard()
         try:
             await source.apply(worktree, capture, repository, staged=staged)
-        except source.SourceError as error:
+        except source_records.SourceError as error:
             if adopted:
                 # What the early clone put there goes too: the worktree was missing or empty.
                 checkouts.undo(worktree, was_missing)

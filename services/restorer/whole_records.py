@@ -10,14 +10,14 @@ the last one.
 from __future__ import annotations
 
 from services.common.checkpoints import records
-from services.restorer import source
+from services.restorer import source_records
 
 Native = tuple[records.Native, list[tuple[records.NativeFile, bytes]]]
 """A qualified native session: its record section, and each file with its bytes."""
 
 
 def source_of(
-    captured: source.SourceCapture | None, repository: str
+    captured: source_records.SourceCapture | None, repository: str
 ) -> tuple[records.Source | None, dict[str, bytes]]:
     """The source section of a version 2 record and its objects by SHA-256 (with no bundle
     when the capture made none: the section then stands for the source's state only).

@@ -12,7 +12,7 @@ import pathlib
 import pytest
 
 from services.common.checkpoints import chained_records
-from services.restorer import bundles, source
+from services.restorer import bundles, source, source_records
 from tests.support import git_repos
 
 Bundle = chained_records.Bundle
@@ -33,7 +33,7 @@ def _commit(worktree: pathlib.Path, name: str, text: str = "") -> str:
 
 async def _extend(
     worktree: pathlib.Path, previous: tuple[Bundle, ...], base: str | None
-) -> tuple[source.SourceCapture, tuple[Bundle, ...], dict[str, bytes]]:
+) -> tuple[source_records.SourceCapture, tuple[Bundle, ...], dict[str, bytes]]:
     captured = await source.capture(worktree, with_bundle=False)
     chain, made = await bundles.extend(worktree, captured, base, previous)
     return captured, chain, made

@@ -12,7 +12,7 @@ import pathlib
 import pytest
 
 from services.common import errors
-from services.restorer import source
+from services.restorer import source, source_records
 from tests.support import git_repos
 
 pytestmark = pytest.mark.usefixtures("usual_umask")
@@ -76,7 +76,7 @@ new file mode 120000
 @dataclasses.dataclass
 class Scene:
     project: git_repos.Project
-    captured: source.SourceCapture
+    captured: source_records.SourceCapture
     existing: pathlib.Path
     outside: pathlib.Path
 
@@ -107,10 +107,10 @@ def _state(scene: Scene) -> tuple[object, ...]:
     )
 
 
-async def _refused(scene: Scene, captured: source.SourceCapture, reason: str) -> None:
+async def _refused(scene: Scene, captured: source_records.SourceCapture, reason: str) -> None:
     """Applied into the existing checkout and into a missing folder: refused, nothing written."""
     before = _state(scene)
-    with pytest.raises(source.SourceError) as raised:
+    with pytest.raises(source_records.SourceError) as raised:
         await source.apply(scene.existing, captured, scene.project.url)
     assert str(raised.value) == reason
     assert isinstance(raised.value, errors.Refused)
@@ -118,7 +118,7 @@ async def _refused(scene: Scene, captured: source.SourceCapture, reason: str) ->
     assert git_repos.SECRET_LINE not in str(raised.value)
     assert _state(scene) == before
     missing = scene.existing.parent / "never-created"
-    with pytest.raises(source.SourceError) as again:
+    with pytest.raises(source_records.SourceError) as again:
         await source.apply(missing, captured, scene.project.url)
     assert str(again.value) == reason
     assert not missing.exists()
@@ -151,7 +151,7 @@ async def test_a_patch_with_an_absolute_path_is_refused(scene: Scene) -> None:
 )
 async def test_unsafe_untracked_paths_are_refused(scene: Scene, path: str) -> None:
     """Hostile checkpoints: `..` and absolute paths in untracked files are refused first."""
-    bad = source.UntrackedFile(path=path, mode=0o644, data=b"escaped\n")
+    bad = source_records.UntrackedFile(path=path, mode=0o644, data=b"escaped\n")
     hostile = dataclasses.replace(scene.captured, untracked=(*scene.captured.untracked, bad))
     await _refused(scene, hostile, "source: unsafe path in untracked files")
 
@@ -160,7 +160,7 @@ async def test_a_symlink_in_the_worktree_pointing_out_is_refused(scene: Scene) -
     """A symlink already in the worktree that leads outside is never written through."""
     (scene.existing / "notes").symlink_to(scene.outside)
     before = _state(scene)
-    with pytest.raises(source.SourceError) as raised:
+    with pytest.raises(source_records.SourceError) as raised:
         await source.apply(scene.existing, scene.captured, scene.project.url)
     assert str(raised.value) == "source: unsafe path in untracked files"
     assert _state(scene) == before
@@ -170,15 +170,15 @@ async def test_a_symlink_the_patch_creates_cannot_be_written_through(scene: Scen
     """A patch may carry a symlink pointing out; untracked files are still never written
     through it, and nothing lands outside."""
     patch = SYMLINK_OUT_PATCH.replace(b"OUTSIDE", str(scene.outside).encode())
-    through = source.UntrackedFile(path="escape/planted.txt", mode=0o644, data=b"escaped\n")
+    through = source_records.UntrackedFile(path="escape/planted.txt", mode=0o644, data=b"escaped\n")
     hostile = dataclasses.replace(scene.captured, patch=patch, untracked=(through,))
     outside_before = git_repos.snapshot(scene.outside)
-    with pytest.raises(source.SourceError) as raised:
+    with pytest.raises(source_records.SourceError) as raised:
         await source.apply(scene.existing, hostile, scene.project.url)
     assert str(raised.value) == "source: unsafe path in untracked files"
     assert git_repos.snapshot(scene.outside) == outside_before
     missing = scene.existing.parent / "fresh"
-    with pytest.raises(source.SourceError):
+    with pytest.raises(source_records.SourceError):
         await source.apply(missing, hostile, scene.project.url)
     assert git_repos.snapshot(scene.outside) == outside_before
     assert not missing.exists()
@@ -237,7 +237,7 @@ async def test_a_folder_with_files_but_no_repository_is_refused(
     folder = tmp_path / "occupied"
     folder.mkdir()
     (folder / "mine.txt").write_text("mine")
-    with pytest.raises(source.SourceError) as raised:
+    with pytest.raises(source_records.SourceError) as raised:
         await source.apply(folder, scene.captured, scene.project.url)
     assert str(raised.value) == "source: worktree is not empty and holds no repository"
     assert sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
@@ -250,7 +250,7 @@ async def test_a_failed_clone_is_refused_and_cleaned_up(
     """A clone that fails is `source: clone failed`; the empty folder stays empty."""
     folder = tmp_path / "empty"
     folder.mkdir()
-    with pytest.raises(source.SourceError) as raised:
+    with pytest.raises(source_records.SourceError) as raised:
         await source.apply(folder, scene.captured, str(tmp_path / "no-such-repo.git"))
     assert str(raised.value) == "source: clone failed"
     assert list(folder.iterdir()) == []
@@ -263,10 +263,10 @@ async def test_no_repository_and_a_partial_bundle_is_refused(
     folder = tmp_path / "empty"
     folder.mkdir()
     without_bundle = dataclasses.replace(scene.captured, bundle=None)
-    with pytest.raises(source.SourceError) as raised:
+    with pytest.raises(source_records.SourceError) as raised:
         await source.apply(folder, without_bundle, "")
     assert str(raised.value) == "source: no repository to clone"
-    with pytest.raises(source.SourceError) as partial:
+    with pytest.raises(source_records.SourceError) as partial:
         await source.apply(folder, scene.captured, "")
     assert str(partial.value) == "source: bundle does not apply"
     assert list(folder.iterdir()) == []

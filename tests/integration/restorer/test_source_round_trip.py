@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from services.restorer import checkouts, paths, source
+from services.restorer import checkouts, paths, source, source_records
 from tests.support import git_repos
 
 pytestmark = pytest.mark.usefixtures("usual_umask")
@@ -203,13 +203,13 @@ async def test_hostile_untracked_paths_are_not_even_staged(tmp_path: pathlib.Pat
     captured = await source.capture(project.worktree)
     hostile = dataclasses.replace(
         captured,
-        untracked=(*captured.untracked, source.UntrackedFile("../escape", 0o644, b"x")),
+        untracked=(*captured.untracked, source_records.UntrackedFile("../escape", 0o644, b"x")),
     )
     attempt = tmp_path / "attempt"
     attempt.mkdir()
     staged = source.StagedUntracked(attempt, hostile.untracked)
     assert await staged.staged() == (None, [None] * len(hostile.untracked))
-    with pytest.raises(source.SourceError, match="unsafe path in untracked files"):
+    with pytest.raises(source_records.SourceError, match="unsafe path in untracked files"):
         await source.apply(attempt / "worktree", hostile, project.url, staged=staged)
     await staged.discard()
     assert list(attempt.iterdir()) == []
