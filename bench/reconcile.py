@@ -1,8 +1,8 @@
 """The recovery pass over 10,000 worker Pods, and failure-to-replacement latency with the watch.
 
-Both run in this process against the Kubernetes API emulator (tests/support/k8s_emulator.py,
-through the real kubernetes-asyncio client) and a real redis-server, each against a baseline
-measured in the same run:
+Both run in this process against the Kubernetes API emulator
+(tests/support/kube/apiserver/emulator.py, through the real kubernetes-asyncio client) and a real
+redis-server, each against a baseline measured in the same run:
 
 1. **Pass.** One swarm of 10,000 seats (legacy spawns, restore automation on), each with a
    worker Pod rendered from the default template with the sidecar, bound to one of 20 Ready
@@ -64,7 +64,8 @@ from services.common import directives, revocations, tokens
 from services.controller import recovering, replacing
 from services.controller.pods import kubernetes, runtime, templates
 from services.controller.state import keys, reading, records
-from tests.support import k8s_emulator, ports
+from tests.support import ports
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 PASS_TARGET = 2.0
 LATENCY_TARGET = 3.0

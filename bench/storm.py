@@ -1,9 +1,9 @@
 """Failure storms: many seats failing at once, replacements per second against a bare client.
 
-Everything runs against the Kubernetes API emulator (tests/support/k8s_emulator.py, served
-over HTTP from a thread and event loop of its own, always through the real kubernetes-asyncio
-client) and a real redis-server. Seats are applied with the real scripts and their first
-Pods seeded straight into the emulator's store (as bench/reconcile.py does), so setup takes
+Everything runs against the Kubernetes API emulator (tests/support/kube/apiserver/emulator.py,
+served over HTTP from a thread and event loop of its own, always through the real kubernetes-asyncio
+client) and a real redis-server. Seats are applied with the real scripts and their first Pods seeded
+straight into the emulator's store (as bench/reconcile.py does), so setup takes
 seconds. Each failure is a kubelet-like status (OOMKilled, Evicted, a non-zero exit, node
 lost, in turn) set on every seat's Pod at the same moment.
 
@@ -99,7 +99,8 @@ from services.controller import recovering, replacing
 from services.controller.pods import kubernetes, runtime, templates
 from services.controller.state import keys, reading, records
 from tests.e2e import test_controller_crash as crashes  # its kubeconfig for the emulator
-from tests.support import k8s_emulator, ports
+from tests.support import ports
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ pytest_plugins = [
     "tests.support.redis_server",
     "tests.support.store_server",
     "tests.support.s3",
-    "tests.support.k8s_emulator",
+    "tests.support.kube.apiserver.emulator",
     "tests.support.controller_server",
     "tests.support.browser",
 ]

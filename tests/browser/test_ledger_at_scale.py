@@ -27,8 +27,9 @@ from playwright.async_api import Browser, Locator, Page, expect
 
 from services.controller.api import http_api
 from services.controller.state import keys, reading, records
-from tests.support import browser, k8s_emulator, ports, redis_server
+from tests.support import browser, ports, redis_server
 from tests.support import controller_server as cs
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 SWARM = "example"
 SEATS = tuple(f"eng-{n:04d}" for n in range(1, 1001))

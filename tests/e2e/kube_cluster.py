@@ -39,17 +39,10 @@ from services.controller import deciding
 from services.controller import main as controller_main
 from services.controller.pods import classifying, templates
 from services.controller.state import reading
-from tests.support import (
-    certificates,
-    git_repos,
-    k8s_emulator,
-    ports,
-    redis_server,
-    s3,
-    store_server,
-)
+from tests.support import certificates, git_repos, ports, redis_server, s3, store_server
 from tests.support import controller_server as cs
-from tests.support import kubelet as kubelets
+from tests.support.kube.apiserver import emulator as k8s_emulator
+from tests.support.kube.node import kubelet as kubelets
 
 SWARM = "example"
 SEAT = "eng-1"

@@ -34,7 +34,8 @@ from tests.e2e.test_redis_outage import (
     watch_pods,
 )
 from tests.support import controller_server as cs
-from tests.support import k8s_emulator, ports
+from tests.support import ports
+from tests.support.kube.apiserver import emulator as k8s_emulator
 from tests.support.redis_server import RestartableRedis
 
 KUBECONFIG_TOKEN = "emulator-ignores-this"

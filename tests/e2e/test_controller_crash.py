@@ -41,7 +41,8 @@ from services.controller.pods import runtime, templates
 from services.controller.state import keys, reading, records, scripting
 from tests.e2e import kube_cluster
 from tests.support import controller_server as cs
-from tests.support import k8s_emulator, ports, redis_server
+from tests.support import ports, redis_server
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 SEAT = "eng-1"
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -24,8 +24,9 @@ from services.common import tls, tls_settings
 from services.controller.state import keys, reading, records
 from tests.e2e import test_redis_outage as outage
 from tests.e2e.test_controller_sharing import pause_through_the_other, redis
-from tests.support import certificates, k8s_emulator, ports
+from tests.support import certificates, ports
 from tests.support import controller_server as cs
+from tests.support.kube.apiserver import emulator as k8s_emulator
 from tests.support.redis_server import RestartableRedis
 
 pytestmark = pytest.mark.slow

@@ -40,8 +40,8 @@ from tests.e2e.kube_cluster import (
     cluster,
 )
 from tests.support import controller_server as cs
-from tests.support import kubelet as kubelets
 from tests.support import ports
+from tests.support.kube.node import kubelet as kubelets
 
 pytestmark = pytest.mark.slow
 __all__ = ["cluster"]

@@ -31,7 +31,8 @@ from tests.e2e.kube_cluster import (
     cluster,
 )
 from tests.support import controller_server as cs
-from tests.support import kubectl, ports
+from tests.support import ports
+from tests.support.kube import kubectl
 
 pytestmark = pytest.mark.slow
 __all__ = ["cluster"]

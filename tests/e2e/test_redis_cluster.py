@@ -28,8 +28,9 @@ from services.controller.state import durable, keys, reading, records, scripting
 from tests.e2e import kube_cluster
 from tests.e2e import test_redis_outage as outage
 from tests.support import controller_server as cs
-from tests.support import k8s_emulator, ports
+from tests.support import ports
 from tests.support.cli_process import agentihooks
+from tests.support.kube.apiserver import emulator as k8s_emulator
 from tests.support.redis_cluster import Node, RedisCluster
 
 WAIT_S = outage.WAIT_S

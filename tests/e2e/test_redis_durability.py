@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.e2e import test_redis_outage as outage
-from tests.support import k8s_emulator
+from tests.support.kube.apiserver import emulator as k8s_emulator
 from tests.support.redis_server import RestartableRedis
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -40,8 +40,9 @@ from services.controller.state import keys, reading, records
 from tests.e2e import kube_cluster
 from tests.e2e.test_controller_crash import kubeconfig
 from tests.support import controller_server as cs
-from tests.support import k8s_emulator, ports
+from tests.support import ports
 from tests.support.cli_process import agentihooks
+from tests.support.kube.apiserver import emulator as k8s_emulator
 from tests.support.redis_server import RestartableRedis
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -26,10 +26,14 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from services.controller.pods import kubernetes, runtime, templates
-from tests.support import cert_manager, k8s_workloads, kubectl, pod_network, ports
-from tests.support import k8s_emulator as emulators
-from tests.support import kubelet as kubelet_module
-from tests.support.k8s_emulator import K8sEmulator
+from tests.support import ports
+from tests.support.kube import kubectl
+from tests.support.kube.apiserver import emulator as emulators
+from tests.support.kube.apiserver.emulator import K8sEmulator
+from tests.support.kube.controllers import cert_manager
+from tests.support.kube.controllers import workloads as k8s_workloads
+from tests.support.kube.network import pod_network
+from tests.support.kube.node import kubelet as kubelet_module
 from tests.unit import test_deploy_manifests as k8s
 
 NAMESPACE = "agentihooks"

@@ -1,6 +1,6 @@
-"""The emulator's workload controllers (tests/support/k8s_workloads.py) with its kubelet running
-the Pods, driven and watched by the real kubectl: `rollout status` finishes only once the
-kubelet's Pods are ready."""
+"""The emulator's workload controllers (tests/support/kube/controllers/workloads.py) with its
+kubelet running the Pods, driven and watched by the real kubectl: `rollout status` finishes only
+once the kubelet's Pods are ready."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import k8s_workloads, kubectl, ports
-from tests.support import kubelet as kubelet_module
-from tests.support.k8s_emulator import K8sEmulator
-from tests.support.kubelet import Cluster, condition
+from tests.support import ports
+from tests.support.kube import kubectl
+from tests.support.kube.apiserver.emulator import K8sEmulator
+from tests.support.kube.controllers import workloads as k8s_workloads
+from tests.support.kube.node import kubelet as kubelet_module
+from tests.support.kube.node.kubelet import Cluster, condition
 
 NS = "default"
 DEADLINE_S = 180

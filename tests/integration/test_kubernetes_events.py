@@ -20,8 +20,9 @@ from agentihooks.swarm.v2 import types_pb2
 
 from services.controller.pods import correlation, event_bodies, notices, recording, templates
 from tests.support import controller_server as cs
-from tests.support import k8s_events, ports
-from tests.support.k8s_emulator import K8sEmulator
+from tests.support import ports
+from tests.support.kube.apiserver import events as k8s_events
+from tests.support.kube.apiserver.emulator import K8sEmulator
 
 SWARM, SEAT = "example", "eng-1"
 FIRST, SECOND = f"{SWARM}.{SEAT}.1", f"{SWARM}.{SEAT}.2"

@@ -21,7 +21,8 @@ from kubernetes_asyncio import client
 
 from services.controller.pods import classifying, kubernetes, runtime, templates
 from tests.integration.test_kubernetes_runtime import NS, TOKEN, exited, spec, started, status
-from tests.support import k8s_emulator, ports
+from tests.support import ports
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 WAIT_S = 120.0
 """A generous deadline (the machine is shared): every wait ends on the event it waits for."""

@@ -21,7 +21,8 @@ import pytest
 from kubernetes_asyncio import client
 
 from services.controller.pods import classifying, kubernetes, runtime, templates
-from tests.support import k8s_emulator, ports
+from tests.support import ports
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 NS = "workers"
 TOKEN = "wk-7f3c9a1e-very-secret-token"

@@ -1,6 +1,6 @@
 """The real kubectl's ``port-forward`` against the Kubernetes API emulator
-(`tests.support.portforward`): ``pod/NAME`` and ``svc/NAME`` to TCP servers on 127.0.0.1
-standing in for the Pods' containers (the Pods are Running with podIP 127.0.0.1).
+(`tests.support.kube.network.portforward`): ``pod/NAME`` and ``svc/NAME`` to TCP servers on
+127.0.0.1 standing in for the Pods' containers (the Pods are Running with podIP 127.0.0.1).
 
 kubectl runs as it would against a cluster: its default WebSocket tunnel, its own resolution
 of a Service to a Pod and of a named targetPort to a container port, its messages. Frames
@@ -28,8 +28,9 @@ import aiohttp
 import pytest
 from kubernetes_asyncio import client
 
-from tests.support import kubectl, portforward
-from tests.support.k8s_emulator import K8sEmulator
+from tests.support.kube import kubectl
+from tests.support.kube.apiserver.emulator import K8sEmulator
+from tests.support.kube.network import portforward
 from tests.support.ports import MIN_DEADLINE_S, eventually, free_port
 
 NAMESPACE = "forwarding"

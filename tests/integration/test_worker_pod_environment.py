@@ -27,7 +27,8 @@ from services.common import settings
 from services.controller import main as controller_main
 from services.controller.pods import classifying
 from tests.support import controller_server as cs
-from tests.support import git_repos, k8s_emulator, ports, redis_server
+from tests.support import git_repos, ports, redis_server
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 START_TIMEOUT_S = 120.0
 """A Python process starting its gRPC server; generous for a loaded shared machine."""

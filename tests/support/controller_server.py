@@ -26,7 +26,8 @@ from services.controller import hub as hubs
 from services.controller import replacing
 from services.controller.api import grpc_api
 from services.controller.pods import classifying, kubernetes, templates
-from tests.support import k8s_emulator, ports, redis_server
+from tests.support import ports, redis_server
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 GRANT_KEY = "test-grant-key-" + "x" * 32
 OPERATOR_TOKEN = "operator-token-" + "o" * 24

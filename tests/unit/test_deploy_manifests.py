@@ -43,7 +43,7 @@ from services.controller.pods import runtime, templates
 from services.restorer import entry as restorer_entry
 from services.restorer import local_worker
 from tests.support import certificates
-from tests.support import kubectl as kubectl_support
+from tests.support.kube import kubectl as kubectl_support
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "k8s"

@@ -12,7 +12,8 @@ import pytest
 
 from services.controller.state import keys, reading, records
 from tests.support import controller_server as cs
-from tests.support import k8s_emulator, ports, redis_server
+from tests.support import ports, redis_server
+from tests.support.kube.apiserver import emulator as k8s_emulator
 
 FIRST, SECOND = "example.eng-2.1", "example.eng-2.2"
 WAIT_S = 120.0

@@ -1,4 +1,4 @@
-"""The kubelet fixtures (tests/support/kubelet.py) for these tests.
+"""The kubelet fixtures (tests/support/kube/node/kubelet.py) for these tests.
 
 A machine that cannot run the kubelet (no root, no cgroup v1 memory, no `unshare`) fails every
 test here with the reason, loudly: these tests are never skipped.
@@ -6,8 +6,8 @@ test here with the reason, loudly: these tests are never skipped.
 
 import pytest
 
-from tests.support import kubelet as kubelet_module
-from tests.support.kubelet import kube_scheduler, kubelet
+from tests.support.kube.node import kubelet as kubelet_module
+from tests.support.kube.node.kubelet import kube_scheduler, kubelet
 
 __all__ = ["kube_scheduler", "kubelet"]
 

@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 from kubernetes_asyncio import client
 
-from tests.support import k8s_emulator
-from tests.support.kubelet import container_status
+from tests.support.kube.apiserver import emulator as k8s_emulator
+from tests.support.kube.node.kubelet import container_status
 
 NS = "default"
 IMAGE = "registry.local/agent-worker:test"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
+from tests.support.kube.node import kubelet as kubelet_module
 
 # Ignores SIGTERM and leaves a grandchild in its own session, writing both pids down.
 STUBBORN = """

@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from tests.integration.kubelet import pods
-from tests.support import k8s_emulator as k8s_emulator_module
+from tests.support.kube.apiserver import emulator as k8s_emulator_module
 
 DEADLINE = 120.0  # seconds; these machines are loaded
 BLOB = bytes(range(256)) * 3  # not UTF-8: only binaryData can hold it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
+from tests.support.kube.node import kubelet as kubelet_module
 
 PRINT_ENV = """
 import os

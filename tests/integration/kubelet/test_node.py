@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from services.controller.pods import classifying
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
+from tests.support.kube.node import kubelet as kubelet_module
 
 TICK = """
 import os, time

@@ -11,7 +11,9 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from tests.integration.kubelet import pods
-from tests.support import k8s_emulator, kubelet, pod_network
+from tests.support.kube.apiserver import emulator as k8s_emulator
+from tests.support.kube.network import pod_network
+from tests.support.kube.node import kubelet
 
 DEADLINE = 120.0  # seconds; these machines are loaded
 

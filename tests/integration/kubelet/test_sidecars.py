@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
 from tests.support import ports
+from tests.support.kube.node import kubelet as kubelet_module
 
 SHARED = {"name": "shared", "emptyDir": {}}
 MOUNT = [{"name": "shared", "mountPath": "/shared"}]

@@ -11,8 +11,8 @@ import pytest
 
 from services.controller.pods import kubernetes, runtime, templates
 from tests.integration.kubelet import pods
-from tests.support import kubelet as kubelet_module
 from tests.support import ports
+from tests.support.kube.node import kubelet as kubelet_module
 
 NS = "workers"
 TOKEN = "wk-kubelet-test-credential"

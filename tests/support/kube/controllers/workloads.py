@@ -1,7 +1,7 @@
 """Workload controllers for the Kubernetes API emulator: Deployments, ReplicaSets and StatefulSets
 make Pods, as kube-controller-manager's controllers do, through the API server's REST API only.
 
-With `tests.support.kubelet` running the Pods, `kubectl rollout status` then waits on what
+With `tests.support.kube.node.kubelet` running the Pods, `kubectl rollout status` then waits on what
 really happens: a Deployment is rolled out once its new ReplicaSet's Pods are ready, a
 StatefulSet once its Pods are, one ordinal after the other.
 
@@ -33,7 +33,8 @@ Not emulated: revision history and rollback (no ControllerRevisions; old Replica
 zero), ``maxSurge``/``maxUnavailable`` arithmetic, ``minReadySeconds``, ``Parallel`` Pod
 management, partitions, ``OnDelete``, ``progressDeadlineSeconds``, DaemonSets and Jobs.
 
-Use `controllers(api_url)` (an async context manager) beside `tests.support.kubelet.cluster`.
+Use `controllers(api_url)` (an async context manager) beside
+`tests.support.kube.node.kubelet.cluster`.
 """
 
 from __future__ import annotations
@@ -49,7 +50,13 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from tests.support.kubelet import ApiServer, ApiStatusError, cancel_tasks, condition, inform
+from tests.support.kube.node.kubelet import (
+    ApiServer,
+    ApiStatusError,
+    cancel_tasks,
+    condition,
+    inform,
+)
 
 log = logging.getLogger(__name__)
 

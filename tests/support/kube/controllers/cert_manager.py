@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support.kubelet import ApiServer, ApiStatusError, cancel_tasks
+from tests.support.kube.node.kubelet import ApiServer, ApiStatusError, cancel_tasks
 
 log = logging.getLogger(__name__)
 

@@ -27,16 +27,18 @@ checks what `_validate` checks, not every field):
   ``data`` and ``data`` is kept as canonical base64 (line breaks dropped, as the real decoder
   ignores them).
 - Events are one store served under two APIs, as the API server serves them
-  (`tests.support.k8s_events`): ``events.k8s.io/v1`` (create with its checks, get, list, patch
-  and update of the series and labels only, delete; no watch) and core v1 (everything above),
-  each converted from the other, so an Event a controller posts with ``events.k8s.io/v1`` is
-  what ``kubectl get events`` (a Table: LAST SEEN, TYPE, REASON, OBJECT, MESSAGE) and ``kubectl
-  describe pod`` (core v1, by ``involvedObject`` uid, name and namespace) show.
+  (`tests.support.kube.apiserver.events`): ``events.k8s.io/v1`` (create with its checks, get,
+  list, patch and update of the series and labels only, delete; no watch) and core v1
+  (everything above), each converted from the other, so an Event a controller posts with
+  ``events.k8s.io/v1`` is what ``kubectl get events`` (a Table: LAST SEEN, TYPE, REASON, OBJECT,
+  MESSAGE) and ``kubectl describe pod`` (core v1, by ``involvedObject`` uid, name and namespace)
+  show.
 - Errors are ``Status`` objects with the real reasons and messages (404 ``NotFound``...).
 - Services get a cluster IP (``spec.clusterIP``, kept across updates) from 10.96.0.0/12;
   Endpoints are stored as given. ``pods/NAME/log`` is fetched from the node's kubelet,
-  ``pods/NAME/portforward`` streams to the Pod's address (`tests.support.portforward`, the
-  WebSocket tunnel kubectl 1.31+ uses) and ``serviceaccounts/NAME/token`` issues a token.
+  ``pods/NAME/portforward`` streams to the Pod's address
+  (`tests.support.kube.network.portforward`, the WebSocket tunnel kubectl 1.31+ uses) and
+  ``serviceaccounts/NAME/token`` issues a token.
 - With ``in_cluster=True`` (or `serve_in_cluster`) the same API is also served over HTTPS for
   Pods, behind the Service ``default/kubernetes``, with ``kube-root-ca.crt`` and the service
   account ``default`` in every namespace (see `serve_in_cluster`). A request bearing a token
@@ -52,7 +54,7 @@ served by a group of its own beside core v1). To test a watch's consumer, `pause
 `resume_watches` hold events back (a slow watch) and `miss_pod_status` changes a Pod that no
 watch is told of (a missed event). `pause_serving` / `resume_serving` take the API server away
 (connections refused) and bring it back on the same port with everything it stored.
-Fixture: ``k8s_emulator`` (add ``"tests.support.k8s_emulator"`` to ``pytest_plugins``).
+Fixture: ``k8s_emulator`` (add ``"tests.support.kube.apiserver.emulator"`` to ``pytest_plugins``).
 """
 
 from __future__ import annotations
@@ -83,7 +85,8 @@ import pytest_asyncio
 from aiohttp import web
 from kubernetes_asyncio import client
 
-from tests.support import k8s_events, portforward
+from tests.support.kube.apiserver import events as k8s_events
+from tests.support.kube.network import portforward
 
 # resource -> (kind, namespaced, group/version): what the controller uses (Pods, Secrets, Nodes)
 # and what `kubectl apply -k deploy/k8s/` creates.
@@ -107,12 +110,13 @@ _KINDS = {
     "clusterrolebindings": ("ClusterRoleBinding", False, "rbac.authorization.k8s.io/v1"),
     "networkpolicies": ("NetworkPolicy", True, "networking.k8s.io/v1"),
     # cert-manager's kinds, as its CRDs serve them (deploy/k8s/certificates/;
-    # `tests.support.cert_manager` plays its controller).
+    # `tests.support.kube.controllers.cert_manager` plays its controller).
     "certificates": ("Certificate", True, "cert-manager.io/v1"),
     "issuers": ("Issuer", True, "cert-manager.io/v1"),
 }
 # (group/version, resource) served as a view of a stored resource: Events, stored once as core
-# v1 and also served as events.k8s.io/v1 (converted each way, `tests.support.k8s_events`).
+# v1 and also served as events.k8s.io/v1 (converted each way,
+# `tests.support.kube.apiserver.events`).
 _VIEWS = {(k8s_events.GROUP_VERSION, "events"): "events"}
 # Subresources served beyond /status: Pod /binding and the workloads' /scale.
 _SCALED = frozenset({"deployments", "statefulsets", "replicasets"})
@@ -833,7 +837,7 @@ class K8sEmulator:
 
     async def _port_forward(self, request: web.Request, entry: _Entry) -> web.StreamResponse:
         """``pods/NAME/portforward``: streams to the Pod's ports at its ``status.podIP``, as the
-        API server does through the kubelet (`tests.support.portforward`)."""
+        API server does through the kubelet (`tests.support.kube.network.portforward`)."""
         status = entry.obj.get("status") or {}
         if status.get("phase") != "Running" or not status.get("podIP"):
             name = entry.obj["metadata"]["name"]

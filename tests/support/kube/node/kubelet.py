@@ -84,17 +84,16 @@ What a Pod gets, as the kubelet and a container runtime would give it:
   ``kubectl logs [--previous]``); logs and claims' folders are kept until the kubelet closes,
   other volumes until the Pod is deleted.
 
-- With ``network=True`` (`tests.support.pod_network`): each Pod's sandbox also has its own
-  network namespace (``unshare --net``), joined to the node's bridge by a veth pair; the Pod's
-  address (``status.podIP``, ``fieldRef: status.podIP``) is on the node's /24 of 10.244.0.0/16
-  and probes go to it. Every container's ``/etc/hosts`` names each Service's cluster IP (kept
-  current as Services change) and its ``/etc/resolv.conf`` has the cluster's search path.
-  When the API server serves in-cluster (the Service ``default/kubernetes`` exists), containers
-  get ``KUBERNETES_SERVICE_HOST``/``PORT`` and, unless ``automountServiceAccountToken`` is
-  false, ``/var/run/secrets/kubernetes.io/serviceaccount`` (``token`` from a TokenRequest for
-  the Pod's service account, ``ca.crt`` from ``kube-root-ca.crt``, ``namespace``); a missing
-  service account keeps the Pod ``ContainerCreating``. `pod_network.ServiceProxy` forwards the
-  cluster IPs.
+- With ``network=True`` (`tests.support.kube.network.pod_network`): each Pod's sandbox also has its
+  own network namespace (``unshare --net``), joined to the node's bridge by a veth pair; the Pod's
+  address (``status.podIP``, ``fieldRef: status.podIP``) is on the node's /24 of 10.244.0.0/16 and
+  probes go to it. Every container's ``/etc/hosts`` names each Service's cluster IP (kept current as
+  Services change) and its ``/etc/resolv.conf`` has the cluster's search path. When the API server
+  serves in-cluster (the Service ``default/kubernetes`` exists), containers get
+  ``KUBERNETES_SERVICE_HOST``/``PORT`` and, unless ``automountServiceAccountToken`` is false,
+  ``/var/run/secrets/kubernetes.io/serviceaccount`` (``token`` from a TokenRequest for the Pod's
+  service account, ``ca.crt`` from ``kube-root-ca.crt``, ``namespace``); a missing service account
+  keeps the Pod ``ContainerCreating``. `pod_network.ServiceProxy` forwards the cluster IPs.
 
 Not emulated: networking without ``network=True`` (every Pod shares the host's network: podIP
 127.0.0.1, ports can collide), PID and IPC namespaces (a container's main process is not PID 1),
@@ -153,7 +152,7 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
-from tests.support import pod_network
+from tests.support.kube.network import pod_network
 
 log = logging.getLogger("tests.kubelet")
 
@@ -164,6 +163,9 @@ _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
 _MINIMUM_GRACE = 2.0
 _NEVER_STARTED = "ContainerStatusUnknown"
+# The project this runs from (tests/support/kube/node/ is four folders below it): part of the
+# "image" every container sees.
+PROJECT = Path(__file__).resolve().parents[4]
 
 # The container launcher: joins the container's cgroups, enters the Pod's mount namespace and
 # the container's root, takes the container's user, then execs the command. Run as
@@ -832,7 +834,7 @@ class Kubelet:
             heartbeat: Seconds between posts of the Node's conditions (Ready True) while the
                 node runs, as a kubelet's node status updates; None posts them only at start.
             network: Give each Pod its own network namespace and address on the node's bridge
-                (`tests.support.pod_network`), Service names in its ``/etc/hosts``, the
+                (`tests.support.kube.network.pod_network`), Service names in its ``/etc/hosts``, the
                 ``KUBERNETES_SERVICE_HOST``/``PORT`` variables and a service account token
                 volume; probes go to the Pod's address. Without it Pods share the host's
                 network (podIP 127.0.0.1).
@@ -849,7 +851,7 @@ class Kubelet:
         venv_bin = str(Path(sys.executable).parent)
         self.path = path or f"{venv_bin}:{DEFAULT_PATH}"
         if image_paths is None:
-            project = str(Path(__file__).resolve().parents[2])
+            project = str(PROJECT)
             real = str(Path(sys.executable).resolve().parent.parent)
             image_paths = [project, sys.prefix, sys.base_prefix, real]
         self.image_paths = _outermost(str(Path(p)) for p in image_paths)
@@ -2696,8 +2698,8 @@ async def cluster(
     """A scheduler and one kubelet per node for an emulator, for demos and benchmarks.
 
     Args:
-        emulator: A started `tests.support.k8s_emulator.K8sEmulator`; its ``hold_deletions``
-            is set, so gracefully deleted Pods wait for their kubelet.
+        emulator: A started `tests.support.kube.apiserver.emulator.K8sEmulator`; its
+            ``hold_deletions`` is set, so gracefully deleted Pods wait for their kubelet.
         nodes: The node names.
         root: A folder for the kubelets' folders (one per node inside); temporary when None.
         **options: Passed to each `Kubelet`.
