@@ -96,7 +96,7 @@ protos-check: $(STAMP)
 lint: setup
 	$(BIN)/ruff check services tests bench scripts
 	$(BIN)/ruff format --check services tests bench scripts
-	$(BIN)/mypy services
+	$(BIN)/mypy services tests/support/kube/node/mounting.py tests/support/kube/node/launching.py
 	$(BIN)/lint-imports
 
 test: setup protos-check

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.integration.kubelet import pods
+from tests.support.kube import api_client
 from tests.support.kube.node import kubelet as kubelet_module
 
 # Ignores SIGTERM and leaves a grandchild in its own session, writing both pids down.
@@ -80,5 +81,5 @@ async def test_cancelling_outlasts_a_swallowed_cancellation() -> None:
     task = asyncio.create_task(worker())
     await asyncio.sleep(0)
     ended.set_result(None)
-    await kubelet_module.cancel_tasks([task])
+    await api_client.cancel_tasks([task])
     assert task.cancelled()

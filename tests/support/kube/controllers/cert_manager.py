@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support.kube.node.kubelet import ApiServer, ApiStatusError, cancel_tasks
+from tests.support.kube import api_client
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class CertManager:
     """The Issuer and Certificate controllers of one API server."""
 
     def __init__(self, api_url: str) -> None:
-        self._api = ApiServer(api_url)
+        self._api = api_client.ApiServer(api_url)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -163,7 +163,7 @@ class CertManager:
         self._tasks = [asyncio.create_task(self._loop(), name="cert-manager")]
 
     async def close(self) -> None:
-        await cancel_tasks(self._tasks)
+        await api_client.cancel_tasks(self._tasks)
         self._tasks = []
         await self._api.close()
 
@@ -171,7 +171,7 @@ class CertManager:
         while True:
             try:
                 await self.reconcile()
-            except (ApiStatusError, OSError) as exc:
+            except (api_client.ApiStatusError, OSError) as exc:
                 log.debug("cert-manager round failed: %s", exc)
             await asyncio.sleep(ROUND_S)
 

@@ -50,13 +50,8 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from tests.support.kube.node.kubelet import (
-    ApiServer,
-    ApiStatusError,
-    cancel_tasks,
-    condition,
-    inform,
-)
+from tests.support.kube import api_client
+from tests.support.kube.node import kubelet
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +93,7 @@ def _active(pod: Mapping[str, Any]) -> bool:
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
-    return _active(pod) and condition(pod, "Ready") == "True"
+    return _active(pod) and kubelet.condition(pod, "Ready") == "True"
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:
@@ -110,7 +105,7 @@ class Controllers:
     """The Deployment, ReplicaSet and StatefulSet controllers of one API server."""
 
     def __init__(self, api_url: str) -> None:
-        self._api = ApiServer(api_url)
+        self._api = api_client.ApiServer(api_url)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -121,7 +116,9 @@ class Controllers:
             self._wake.set()
 
         self._tasks = [
-            asyncio.create_task(inform(self._api, path, {}, wake), name=f"workloads {path}")
+            asyncio.create_task(
+                api_client.inform(self._api, path, {}, wake), name=f"workloads {path}"
+            )
             for path in (
                 f"{APPS}/deployments",
                 f"{APPS}/replicasets",
@@ -132,7 +129,7 @@ class Controllers:
         self._tasks.append(asyncio.create_task(self._loop(), name="workloads"))
 
     async def close(self) -> None:
-        await cancel_tasks(self._tasks)
+        await api_client.cancel_tasks(self._tasks)
         self._tasks = []
         await self._api.close()
 
@@ -144,7 +141,7 @@ class Controllers:
             self._wake.clear()
             try:
                 await self.reconcile()
-            except (ApiStatusError, OSError) as exc:
+            except (api_client.ApiStatusError, OSError) as exc:
                 # A conflict or a vanished object: the next round reads everything again.
                 log.debug("workload round failed: %s", exc)
 
@@ -198,7 +195,7 @@ class Controllers:
 
     async def _delete_pod(self, pod: Mapping[str, Any]) -> None:
         meta = pod["metadata"]
-        with contextlib.suppress(ApiStatusError):
+        with contextlib.suppress(api_client.ApiStatusError):
             await self._api.call(
                 "DELETE", f"{CORE}/namespaces/{meta['namespace']}/pods/{meta['name']}"
             )
@@ -435,7 +432,7 @@ class Controllers:
                 await self._api.call(
                     "POST", f"{CORE}/namespaces/{namespace}/persistentvolumeclaims", body=body
                 )
-            except ApiStatusError as exc:
+            except api_client.ApiStatusError as exc:
                 if exc.code != 409:  # kept from an earlier Pod of this ordinal
                     raise
             volumes.append(

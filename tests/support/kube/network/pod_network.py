@@ -43,6 +43,8 @@ import subprocess
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from tests.support.kube import api_client
+
 log = logging.getLogger("tests.pod_network")
 
 DOMAIN = "cluster.local"
@@ -214,9 +216,7 @@ class ServiceProxy:
     """kube-proxy for ``ClusterIP`` Services, in user space. ``async with ServiceProxy(url):``"""
 
     def __init__(self, api_url: str) -> None:
-        from tests.support import kubelet
-
-        self._api = kubelet.ApiServer(api_url)
+        self._api = api_client.ApiServer(api_url)
         self._services: dict[tuple[str, str], dict[str, Any]] = {}
         self._endpoints: dict[tuple[str, str], dict[str, Any]] = {}
         self._pods: dict[str, dict[str, Any]] = {}
@@ -229,15 +229,13 @@ class ServiceProxy:
         """Connections forwarded so far."""
 
     async def __aenter__(self) -> ServiceProxy:
-        from tests.support import kubelet
-
         await self._api.open()
         for path, handle in (
             ("/api/v1/pods", self._on_pod),
             ("/api/v1/endpoints", self._on_endpoints),
             ("/api/v1/services", self._on_service),
         ):
-            task = asyncio.create_task(kubelet.inform(self._api, path, {}, handle))
+            task = asyncio.create_task(api_client.inform(self._api, path, {}, handle))
             self._tasks.append(task)
         return self
 

@@ -152,7 +152,9 @@ import aiohttp
 import pytest_asyncio
 from aiohttp import web
 
+from tests.support.kube import api_client
 from tests.support.kube.network import pod_network
+from tests.support.kube.node import launching, mounting
 
 log = logging.getLogger("tests.kubelet")
 
@@ -167,201 +169,10 @@ _NEVER_STARTED = "ContainerStatusUnknown"
 # "image" every container sees.
 PROJECT = Path(__file__).resolve().parents[4]
 
-# The container launcher: joins the container's cgroups, enters the Pod's mount namespace and
-# the container's root, takes the container's user, then execs the command. Run as
-# ``python -I -S -c``; its settings come in KUBELET_LAUNCH. Anything that goes wrong before the
-# exec is written to the report pipe (closed on exec), which the kubelet reads as StartError.
-_LAUNCHER = r"""
-import ctypes, json, os
-c = json.loads(os.environ["KUBELET_LAUNCH"])
-report = c["report"]
-os.set_inheritable(report, False)
-try:
-    me = str(os.getpid())
-    for path in c["cgroups"]:
-        with open(path, "w") as f:
-            f.write(me)
-    libc = ctypes.CDLL(None, use_errno=True)
-    for path, kind in (
-        (c.get("uts"), 0x04000000), (c.get("net"), 0x40000000), (c.get("ns"), 0x00020000)
-    ):
-        if path:
-            fd = os.open(path, os.O_RDONLY)
-            if libc.setns(fd, kind) != 0:
-                raise OSError(ctypes.get_errno(), "setns: " + os.strerror(ctypes.get_errno()))
-            os.close(fd)
-    if c.get("ns"):
-        os.chroot(c["root"])
-        os.chdir("/")
-    if c.get("no_new_privs"):
-        libc.prctl(38, 1, 0, 0, 0)
-    os.setgroups(c["groups"])
-    os.setgid(c["gid"])
-    os.setuid(c["uid"])
-    os.umask(0o022)
-    os.chdir(c.get("cwd") or "/")
-    os.execvpe(c["argv"][0], c["argv"], c["env"])
-except BaseException as exc:
-    os.write(report, (c["argv"][0] + ": " + str(exc)).encode() or b"failed")
-    os._exit(127)
-"""
-
-# The Pod sandbox, run as ``unshare --mount --uts --propagation private -- python -I -S -c``:
-# sets the Pod's hostname, builds a root per container inside the new mount namespace (see the
-# module docstring), says "ready" on stdout and holds the namespaces until its stdin closes or it
-# is killed.
-_SANDBOX = r"""
-import ctypes, json, os, stat, sys
-c = json.loads(os.environ["KUBELET_SANDBOX"])
-libc = ctypes.CDLL(None, use_errno=True)
-RDONLY, NOSUID, NODEV, REMOUNT, BIND, REC, PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
-
-
-def mount(src, dst, fstype, flags, data=None):
-    enc = lambda s: s.encode() if s is not None else None
-    if libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, "mount %s on %s: %s" % (src, dst, os.strerror(e)))
-
-
-def tmpfs(path, st, extra=0):
-    mode = "mode=%o,uid=%d,gid=%d" % ((st.st_mode & 0o7777) | extra, st.st_uid, st.st_gid)
-    mount("tmpfs", path, "tmpfs", NOSUID | NODEV, mode)
-
-
-mount(None, "/", None, REC | PRIVATE)
-hostname = c["hostname"].encode()
-if libc.sethostname(hostname, len(hostname)) != 0:
-    raise OSError(ctypes.get_errno(), "sethostname")
-stash = c["stash"]
-# A copy of the host's mount tree taken before anything is mounted here, so the roots built
-# below (under the kubelet's folder, itself somewhere in that tree) never contain themselves.
-mount("/", stash, None, BIND | REC)
-for path in c["memory"]:
-    mount("tmpfs", path, "tmpfs", NOSUID | NODEV, "mode=0777")
-images = c["images"]
-
-
-class Root:
-    def __init__(self, root):
-        self.root = root
-        self.points = {root: None}  # mount point -> host folder it shows (None: ours)
-        tmpfs(root, os.stat("/"))
-        self.mirror("/", root)
-
-    def mirror(self, host, target):
-        source = stash + host if host != "/" else stash
-        for name in sorted(os.listdir(source)):
-            src, dst = os.path.join(source, name), os.path.join(target, name)
-            st = os.lstat(src)
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(src), dst)
-            elif stat.S_ISDIR(st.st_mode):
-                os.mkdir(dst)
-                mount(src, dst, None, BIND | REC)
-                self.points[dst] = os.path.join(host, name)
-            else:
-                open(dst, "w").close()
-                mount(src, dst, None, BIND)
-
-    def host_of(self, path):
-        # The host folder a folder of this root shows, or None when it is ours (a tmpfs we
-        # made, or a volume).
-        probe = path
-        while True:
-            if probe in self.points:
-                host = self.points[probe]
-                return None if host is None else host + path[len(probe):]
-            probe = os.path.dirname(probe)
-
-    def own(self, path, extra=0):
-        # Make a folder of this root ours: a tmpfs copy of the host folder it showed.
-        host = self.host_of(path)
-        if host is None:
-            if extra:
-                os.chmod(path, os.stat(path).st_mode & 0o7777 | extra)
-            return
-        tmpfs(path, os.stat(path), extra)
-        self.points[path] = None
-        self.mirror(host, path)
-
-    def resolve(self, path, make):
-        parts = [p for p in path.split("/") if p and p != "."]
-        current, hops = self.root, 0
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                current = max(os.path.dirname(current), self.root, key=len)
-                continue
-            nxt = os.path.join(current, part)
-            if os.path.islink(nxt):
-                hops += 1
-                if hops > 40:
-                    raise OSError(40, "too many symbolic links in " + path)
-                target = os.readlink(nxt)
-                if target.startswith("/"):
-                    current = self.root
-                parts = [p for p in target.split("/") if p and p != "."] + parts
-                continue
-            if not os.path.lexists(nxt):
-                if not make:
-                    return None
-                self.own(current)
-                os.mkdir(nxt, 0o755)
-            current = nxt
-        return current
-
-    def bind(self, source, path, readonly, recursive=False):
-        if os.path.isdir(source):
-            target = self.resolve(path, True)
-        else:
-            parent = self.resolve(os.path.dirname(path) or "/", True)
-            target = os.path.join(parent, os.path.basename(path))
-            if not os.path.lexists(target):
-                self.own(parent)
-                open(target, "w").close()
-        mount(source, target, None, BIND | (REC if recursive else 0))
-        self.points[target] = None
-        if readonly:
-            mount(None, target, None, REMOUNT | BIND | RDONLY)
-        return target
-
-
-try:
-    for spec in c["roots"]:
-        root = Root(spec["root"])
-        for image in images:
-            parts = image.strip("/").split("/")
-            for depth in range(1, len(parts)):
-                folder = root.resolve("/" + "/".join(parts[:depth]), False)
-                if folder is not None and not os.stat(folder).st_mode & 0o001:
-                    root.own(folder, 0o111)
-        # Folders by depth, then files (/etc/hosts): a folder made ours later would hide a file
-        # bound into it before.
-        volumes = sorted(
-            spec["mounts"],
-            key=lambda m: (not os.path.isdir(m["source"]), m["path"].rstrip("/").count("/")),
-        )
-        for m in volumes:
-            root.bind(m["source"], m["path"], m["readonly"], m.get("recursive", False))
-        for image in images:
-            shadowed = [
-                m["path"] for m in volumes
-                if image.startswith(m["path"].rstrip("/") + "/") and m["path"] != "/"
-            ]
-            if shadowed and os.path.isdir(image):
-                root.bind(stash + image, image, False, recursive=True)
-        for folder in spec["dirs"]:
-            root.resolve(folder, True)
-    if libc.umount2(stash.encode(), 2) != 0:
-        raise OSError(ctypes.get_errno(), "umount " + stash)
-except Exception as exc:
-    print("error: %s" % exc, flush=True)
-    sys.exit(1)
-print("ready", flush=True)
-while os.read(0, 4096):
-    pass
-"""
+# The container launcher and the Pod sandbox run as files of their own (by path, with ``python -I
+# -S``: isolated and quick to start, the standard library only).
+_LAUNCHER = str(Path(launching.__file__))
+_SANDBOX = str(Path(mounting.__file__))
 
 
 def unsupported_reason() -> str | None:
@@ -438,161 +249,6 @@ def condition(obj: Mapping[str, Any] | None, kind: str) -> str | None:
 
 
 # -- the API --------------------------------------------------------------------------------------
-
-
-class ApiStatusError(Exception):
-    """An API call answered with an error Status."""
-
-    def __init__(self, code: int, body: Any):
-        message = body.get("message") if isinstance(body, dict) else str(body)
-        super().__init__(f"{code}: {message}")
-        self.code, self.body = code, body
-
-
-class _Gone(Exception):
-    """A watch's resourceVersion is too old: list again."""
-
-
-class ApiServer:
-    """JSON over HTTP to the API server, with retries for what a retry can fix."""
-
-    def __init__(self, url: str):
-        self.url = url.rstrip("/")
-        self.session: aiohttp.ClientSession | None = None
-
-    async def open(self) -> None:
-        if self.session is None:
-            self.session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
-            )
-
-    async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
-
-    async def call(
-        self,
-        method: str,
-        path: str,
-        *,
-        body: Any = None,
-        params: Mapping[str, str] | None = None,
-        content_type: str = "application/json",
-        attempts: int = 8,
-    ) -> Any:
-        """One call; 5xx, 429 and connection errors are retried with back-off.
-
-        Raises:
-            ApiStatusError: Any other error answer (404, 409, 422...), or the last retried one.
-        """
-        assert self.session is not None
-        delay = 0.05
-        for attempt in range(attempts):
-            try:
-                async with self.session.request(
-                    method,
-                    self.url + path,
-                    params=params,
-                    data=None if body is None else json.dumps(body),
-                    headers={"Content-Type": content_type, "Accept": "application/json"},
-                    timeout=aiohttp.ClientTimeout(total=60),
-                ) as response:
-                    text = await response.text()
-                    payload = json.loads(text) if text else None
-                    if response.status < 400:
-                        return payload
-                    error = ApiStatusError(response.status, payload)
-                    if response.status not in (429, 500, 502, 503, 504):
-                        raise error
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                error = ApiStatusError(0, {"message": str(exc)})
-            if attempt + 1 < attempts:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise error
-
-    async def get(self, path: str) -> Any:
-        """The object, or None when it does not exist."""
-        try:
-            return await self.call("GET", path)
-        except ApiStatusError as exc:
-            if exc.code == 404:
-                return None
-            raise
-
-    async def watch(self, path: str, params: Mapping[str, str]) -> AsyncIterator[tuple[str, Any]]:
-        """The events of one watch request until the server ends it."""
-        assert self.session is not None
-        async with self.session.get(
-            self.url + path,
-            params={**params, "watch": "true"},
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None),
-        ) as response:
-            if response.status == 410:
-                raise _Gone
-            if response.status >= 400:
-                raise ApiStatusError(response.status, await response.text())
-            while True:
-                line = await response.content.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    continue
-                event = json.loads(line)
-                if event.get("type") == "ERROR":
-                    if (event.get("object") or {}).get("code") == 410:
-                        raise _Gone
-                    raise ApiStatusError(
-                        int((event.get("object") or {}).get("code") or 500), event.get("object")
-                    )
-                yield event["type"], event["object"]
-
-
-async def inform(
-    api: ApiServer,
-    path: str,
-    params: Mapping[str, str],
-    handle: Callable[[str, dict[str, Any]], Awaitable[None]],
-) -> None:
-    """List and watch `path` forever, as an informer: `handle` gets ADDED, MODIFIED and DELETED
-    (a list after a 410 Gone reports what vanished meanwhile as DELETED)."""
-    known: dict[str, dict[str, Any]] = {}
-    delay = 0.1
-    while True:
-        try:
-            listing = await api.call("GET", path, params=params, attempts=1)
-            version = listing["metadata"]["resourceVersion"]
-            items = {item["metadata"]["uid"]: item for item in listing.get("items") or ()}
-            for uid in [u for u in known if u not in items]:
-                await handle("DELETED", known.pop(uid))
-            for uid, item in items.items():
-                await handle("MODIFIED" if uid in known else "ADDED", item)
-            known = items
-            delay = 0.1
-            while True:
-                watch = {
-                    **params,
-                    "resourceVersion": version,
-                    "allowWatchBookmarks": "true",
-                    "timeoutSeconds": "300",
-                }
-                async for kind, obj in api.watch(path, watch):
-                    version = obj.get("metadata", {}).get("resourceVersion") or version
-                    if kind == "BOOKMARK":
-                        continue
-                    uid = obj["metadata"]["uid"]
-                    if kind == "DELETED":
-                        known.pop(uid, None)
-                    else:
-                        known[uid] = obj
-                    await handle(kind, obj)
-        except _Gone:
-            continue
-        except (ApiStatusError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:
-            log.debug("watch of %s failed (%s); listing again", path, exc)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
 
 # -- cgroups --------------------------------------------------------------------------------------
@@ -855,7 +511,7 @@ class Kubelet:
             real = str(Path(sys.executable).resolve().parent.parent)
             image_paths = [project, sys.prefix, sys.base_prefix, real]
         self.image_paths = _outermost(str(Path(p)) for p in image_paths)
-        self._api = ApiServer(api_url)
+        self._api = api_client.ApiServer(api_url)
         self._pods: dict[str, _Pod] = {}
         self._finished: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -920,13 +576,13 @@ class Kubelet:
             if self.network is not None:
                 self.network.open()
                 self._spawn(
-                    inform(self._api, "/api/v1/services", {}, self._on_service),
+                    api_client.inform(self._api, "/api/v1/services", {}, self._on_service),
                     f"kubelet {self.node_name} services",
                 )
             await self._register()
             self._running.set()
             self._informer = self._spawn(
-                inform(
+                api_client.inform(
                     self._api,
                     "/api/v1/pods",
                     {"fieldSelector": f"spec.nodeName={self.node_name}"},
@@ -975,7 +631,7 @@ class Kubelet:
             return
         with contextlib.suppress(Exception):
             await self._thaw()
-        await cancel_tasks(self._tasks)
+        await api_client.cancel_tasks(self._tasks)
         for proc in list(self._procs):
             _kill_group(proc)
             if proc.stdin is not None:
@@ -1208,7 +864,7 @@ class Kubelet:
         }
         try:
             await self._api.call("POST", "/api/v1/nodes", body=body)
-        except ApiStatusError as exc:
+        except api_client.ApiStatusError as exc:
             if exc.code != 409:
                 raise
             await self._api.call(
@@ -1232,7 +888,7 @@ class Kubelet:
             await self._gate()
             try:
                 await self._post_ready(True)
-            except ApiStatusError as exc:
+            except api_client.ApiStatusError as exc:
                 log.warning("node %s status not posted: %s", self.node_name, exc)
 
     async def _freeze(self) -> None:
@@ -1347,7 +1003,7 @@ class Kubelet:
         else:
             grace = float(pod.spec.get("terminationGracePeriodSeconds", 30))
         pod.terminating = True
-        await cancel_tasks([life])
+        await api_client.cancel_tasks([life])
         await self._terminate(pod, grace)
         pod.final_phase = pod.final_phase or self._terminal_phase(pod)
         await self._sync_status(pod)
@@ -1662,13 +1318,12 @@ class Kubelet:
                 sys.executable,
                 "-I",
                 "-S",
-                "-c",
                 _SANDBOX,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=log_file,
                 start_new_session=True,
-                env={"KUBELET_SANDBOX": json.dumps(config), "PATH": DEFAULT_PATH},
+                env={mounting.ENVIRONMENT: json.dumps(config), "PATH": DEFAULT_PATH},
             )
         finally:
             log_file.close()
@@ -1948,14 +1603,13 @@ class Kubelet:
                 sys.executable,
                 "-I",
                 "-S",
-                "-c",
                 _LAUNCHER,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=output if output else asyncio.subprocess.DEVNULL,
                 stderr=output if output else asyncio.subprocess.DEVNULL,
                 start_new_session=True,
                 pass_fds=(write_end,),
-                env={"KUBELET_LAUNCH": json.dumps(config)},
+                env={launching.ENVIRONMENT: json.dumps(config)},
             )
         except OSError as exc:
             os.close(read_end)
@@ -2055,14 +1709,16 @@ class Kubelet:
         await stop(pod.main, ordered=False)
         await stop([c for c in reversed(pod.init) if c.kind == "sidecar"], ordered=True)
         await stop(pod.init, ordered=False)
-        await cancel_tasks([c.supervisor for c in pod.containers if c.supervisor is not None])
+        await api_client.cancel_tasks(
+            [c.supervisor for c in pod.containers if c.supervisor is not None]
+        )
         for c in pod.containers:
             proc = c.proc
             _kill_cgroup(c.cgroup)
             if proc is not None:
                 _kill_group(proc)
                 await self._record_exit(pod, c, proc, await proc.wait())
-            await cancel_tasks(c.probes)
+            await api_client.cancel_tasks(c.probes)
             c.probes.clear()
             c.ready = False
             c.started = False
@@ -2301,7 +1957,7 @@ class Kubelet:
                     body={"status": status},
                     content_type="application/merge-patch+json",
                 )
-            except ApiStatusError as exc:
+            except api_client.ApiStatusError as exc:
                 if exc.code == 404:
                     pod.gone = True
                     pod.deleting.set()
@@ -2327,7 +1983,7 @@ class Kubelet:
                     "preconditions": {"uid": meta["uid"]},
                 },
             )
-        except ApiStatusError as exc:
+        except api_client.ApiStatusError as exc:
             if exc.code not in (404, 409):
                 raise
 
@@ -2509,21 +2165,6 @@ async def _reap(proc: asyncio.subprocess.Process, *, kill: bool = False) -> None
         log.warning("process %d does not end", proc.pid)
 
 
-async def cancel_tasks(tasks: Iterable[asyncio.Task[Any]], *, rounds: int = 24) -> None:
-    """Cancel tasks and wait until they end, cancelling again any that swallowed it (Python
-    3.11's ``asyncio.wait_for`` can, when what it waits for ends at the same moment)."""
-    pending = {t for t in tasks if not t.done()}
-    for _ in range(rounds):
-        if not pending:
-            return
-        for task in pending:
-            task.cancel()
-        _, pending = await asyncio.wait(pending, timeout=2)
-    if pending:
-        names = sorted(t.get_name() for t in pending)
-        log.error("tasks that ignore cancellation are left running: %s", names)
-
-
 async def _read_all(fd: int) -> bytes:
     """Read a pipe to its end without blocking the loop."""
     loop = asyncio.get_running_loop()
@@ -2570,7 +2211,7 @@ class Scheduler:
 
     def __init__(self, api_url: str) -> None:
         self.api_url = api_url
-        self._api = ApiServer(api_url)
+        self._api = api_client.ApiServer(api_url)
         self._pending: dict[str, dict[str, Any]] = {}
         self._nodes: dict[str, dict[str, Any]] = {}
         self._wake = asyncio.Event()
@@ -2591,18 +2232,21 @@ class Scheduler:
         await self._api.open()
         self._tasks = [
             asyncio.create_task(
-                inform(self._api, "/api/v1/pods", {"fieldSelector": "spec.nodeName="}, self._pod),
+                api_client.inform(
+                    self._api, "/api/v1/pods", {"fieldSelector": "spec.nodeName="}, self._pod
+                ),
                 name="scheduler pods",
             ),
             asyncio.create_task(
-                inform(self._api, "/api/v1/nodes", {}, self._node), name="scheduler nodes"
+                api_client.inform(self._api, "/api/v1/nodes", {}, self._node),
+                name="scheduler nodes",
             ),
             asyncio.create_task(self._loop(), name="scheduler"),
         ]
 
     async def close(self) -> None:
         """Stop scheduling."""
-        await cancel_tasks(self._tasks)
+        await api_client.cancel_tasks(self._tasks)
         self._tasks = []
         await self._api.close()
 
@@ -2660,7 +2304,7 @@ class Scheduler:
                         },
                     )
                     self.bound[f"{meta['namespace']}/{meta['name']}"] = node
-                except ApiStatusError as exc:
+                except api_client.ApiStatusError as exc:
                     if exc.code not in (404, 409):
                         log.warning("cannot bind %s to %s: %s", meta["name"], node, exc)
                         self._wake.set()
