@@ -259,6 +259,10 @@ async def test_resume_is_native_when_the_checkpoint_is_native_and_a_session_was_
     assert record.directive == native and record.restore_grant
     assert record.restores_from_generation == 1
     assert record.scope.execution_generation == 2
+    task = await reading.task(controller.redis, "example", "t-eng-2")
+    assert task is not None and task.awaiting == "recovery_pending"
+    assert task.recovery is not None and task.recovery["status"] == "accepted"
+    assert task.recovery["checkpoint_id"] == "ckpt-7" and task.recovery["recovery"] == "native"
 
 
 @pytest.mark.parametrize(
@@ -282,6 +286,11 @@ async def test_resume_is_reconstructed_otherwise(
         checkpoint_id="ckpt-7", recovery=types_pb2.CONTINUITY_RECONSTRUCTED, watermark=watermark
     )
     assert answer.decision.directive == reconstructed
+    # Accepted: nothing is offered any more (no resume label); the card names the checkpoint
+    # the accepted directive restores from.
+    card = await cs.card(controller, "eng-2")
+    assert (card.resume_available, card.resume_label, card.checkpoint) == (False, "", "ckpt-7")
+    assert card.reason == f"oom_killed; continuation from context from ckpt-7 at record {watermark}"
     record = await launch_record(controller, R2)
     assert record.directive == reconstructed and not record.directive.session_id
 
@@ -325,7 +334,10 @@ async def test_fresh_reads_the_tasks_current_text(controller: cs.Controller) -> 
     env = cs.worker_env(pod)
     assert env["AGENTIHOOKS_TASK_TEXT"] == "the rewritten task (eng-2)"
     assert (env["AGENTIHOOKS_EXECUTION_ID"], env["AGENTIHOOKS_GENERATION"]) == (R2, "2")
+    replacement = await reading.execution(controller.redis, "example", R2)
+    assert replacement is not None and replacement.task_text == "the rewritten task (eng-2)"
     record = await launch_record(controller, R2)
+    assert record.directive == types_pb2.RestoreDirective(recovery=types_pb2.CONTINUITY_FRESH)
     assert not record.restore_grant and record.restores_from_generation == 1
     task = next(t for t in (await controller.status()).tasks if t.seat == "eng-2")
     assert task.text == "the rewritten task (eng-2)" and task.awaiting == "recovery_pending"
@@ -364,7 +376,8 @@ async def test_repeating_the_accepted_choice_returns_the_same_decision_also_afte
     controllers: cs.Controllers,
 ) -> None:
     """Spec: repeating the accepted choice, including after a controller restart, returns the
-    same decision, the same checkpoint and the same replacement, and admits nothing new."""
+    same decision, the same checkpoint (also once a newer one was committed) and the same
+    replacement, and admits nothing new."""
     ctl = await controllers.start()
     await waiting(ctl, checkpoints=({},))
     first = await ctl.stub.RestoreDecision(choose(RESUME), metadata=cs.OPERATOR)
@@ -380,6 +393,8 @@ async def test_repeating_the_accepted_choice_returns_the_same_decision_also_afte
     )
     assert by_execution.repeated and by_execution.decision == first.decision
 
+    # A newer checkpoint of the fenced attempt, committed meanwhile, changes nothing.
+    await cs.put_checkpoint(ctl.checkpoint_root, "eng-2", checkpoint_id="ckpt-9", sequence=9)
     restarted = await controllers.restart(ctl)
     after_restart = await restarted.stub.RestoreDecision(choose(RESUME), metadata=cs.OPERATOR)
     assert after_restart.repeated and after_restart.decision == first.decision
@@ -420,7 +435,8 @@ async def test_a_different_choice_is_refused_and_changes_nothing(
 async def test_a_choice_for_an_attempt_that_was_never_fenced_is_not_pending(
     controller: cs.Controller,
 ) -> None:
-    """Spec: a decision is accepted once per fenced attempt; a running attempt has none pending."""
+    """Spec: a decision is accepted once per fenced attempt; a running attempt has none pending
+    (and a seat the swarm does not have is not found)."""
     await controller.apply()
     await cs.wait_for_pod(controller, "example.eng-1.1")
     error = await cs.refusal(
@@ -428,6 +444,10 @@ async def test_a_choice_for_an_attempt_that_was_never_fenced_is_not_pending(
     )
     assert (error.code(), error.details()) == (grpc.StatusCode.FAILED_PRECONDITION, NOT_PENDING)
     assert seat_pods(controller, "eng-1") == ["example.eng-1.1"]
+    unknown = await cs.refusal(
+        controller.stub.RestoreDecision(choose(FRESH, seat="nope"), metadata=cs.OPERATOR)
+    )
+    assert unknown.code() == grpc.StatusCode.NOT_FOUND
 
 
 async def test_one_hundred_concurrent_identical_decisions_admit_one_replacement(

@@ -1,16 +1,21 @@
 """Choosing resume or fresh, repeated and conflicting requests, recorded requests (spec:
-"Choosing resume or fresh", "Repeated and conflicting requests")."""
+"Choosing resume or fresh", "Repeated and conflicting requests"), called on the recovery core.
+
+The scenarios an operator sees through the Recovery gRPC service are in
+tests/integration/api/test_decisions.py. These are the ones only the core shows: a refusal
+writes nothing at all (the whole database before and after, which a running controller's own
+passes would blur), principals the transport never builds are refused too, the grants a launch
+record carries, how many launches, events and applied requests one decision makes."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import pytest
 import redis.asyncio as aioredis
 
 from services.common import directives, errors, revocations, tokens
-from services.controller.state import keys, reading, records
+from services.controller.state import reading, records
 from tests.integration.controller import harness as h
 from tests.integration.controller.harness import SWARM, first, second
 
@@ -51,24 +56,6 @@ async def snapshot(client: aioredis.Redis) -> dict[bytes, object]:
 
 
 # Who may choose.
-
-
-async def test_operator_may_choose(waiting: h.Harness) -> None:
-    """Spec: the operator can choose; the agent it names is recorded."""
-    r = await waiting.recovery.restore_decision(
-        "eng-1", FRESH, "master@example-1", records.Operator()
-    )
-    assert r.decision.source is records.DecisionSource.OPERATOR
-    assert r.decision.agent == "master@example-1" and not r.repeated
-
-
-async def test_registered_master_bound_to_the_agent_may_choose(waiting: h.Harness) -> None:
-    """Spec: a registered master of the swarm whose credential is bound to the named agent can
-    choose (the master is found by its credential, not by a name)."""
-    master = await reading.master_for_token(waiting.client, SWARM, h.MASTER_SECRET)
-    assert master == waiting.master()
-    r = await waiting.recovery.restore_decision(first("eng-1"), FRESH, "master@example-1", master)
-    assert r.decision.source is records.DecisionSource.MASTER
 
 
 @pytest.mark.parametrize(
@@ -118,35 +105,6 @@ async def test_unregistered_master_is_refused(waiting: h.Harness) -> None:
 # What each choice picks.
 
 
-async def test_resume_native(waiting: h.Harness) -> None:
-    """Spec: resume picks the newest complete, compatible checkpoint; native when that
-    checkpoint is native and the attempt held a session id."""
-    waiting.checkpoints.by_execution[first("eng-1")] = [
-        h.summary("ckpt-6", sequence=6, watermark=300),
-        h.summary("ckpt-7"),
-    ]
-    r = await waiting.recovery.restore_decision("eng-1", RESUME, None, records.Operator())
-    assert r.decision.directive == directives.Directive("ckpt-7", C.NATIVE, "sess-1", 412)
-    assert r.decision.replacement_execution_id == second("eng-1")
-    assert second("eng-1") in waiting.runtime.specs
-    task = await reading.task(waiting.client, SWARM, "t-eng-1")
-    assert task is not None and task.awaiting == "recovery_pending"
-    assert task.recovery is not None and task.recovery["status"] == "accepted"
-    assert task.recovery["checkpoint_id"] == "ckpt-7" and task.recovery["recovery"] == "native"
-
-
-async def test_resume_reconstructed(waiting: h.Harness) -> None:
-    """Spec: otherwise the replacement is reconstructed from context."""
-    waiting.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-7", native=False)]
-    r = await waiting.recovery.restore_decision("eng-1", RESUME, None, records.Operator())
-    assert r.decision.directive == directives.Directive("ckpt-7", C.RECONSTRUCTED, None, 412)
-    # Accepted: nothing is offered any more (no resume label); the card names the checkpoint
-    # the accepted directive restores from.
-    [card] = (await waiting.recovery.status()).handoffs
-    assert (card.resume_available, card.resume_label, card.checkpoint) == (False, "", "ckpt-7")
-    assert card.reason == "oom_killed; continuation from context from ckpt-7 at record 412"
-
-
 async def test_resume_refused_without_checkpoint_and_seat_keeps_waiting(
     waiting: h.Harness,
 ) -> None:
@@ -160,22 +118,6 @@ async def test_resume_refused_without_checkpoint_and_seat_keeps_waiting(
     assert await snapshot(waiting.client) == before
     seat = await reading.seat(waiting.client, SWARM, "eng-1")
     assert seat is not None and seat.state is records.SeatState.AWAITING_DECISION
-
-
-async def test_fresh_reads_the_current_task_text(waiting: h.Harness) -> None:
-    """Spec: fresh admits a replacement with no checkpoint; its task row is read from the
-    ledger so it starts from the task's current text."""
-    waiting.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-7")]
-    await waiting.recovery.apply_swarm(h.document(automation=False, text="the new plan"))
-    r = await waiting.recovery.restore_decision("eng-1", FRESH, None, records.Operator())
-    assert r.decision.directive == directives.FRESH
-    replacement = await reading.execution(waiting.client, SWARM, second("eng-1"))
-    assert replacement is not None and replacement.task_text == "the new plan (eng-1)"
-    assert waiting.runtime.specs[second("eng-1")].env["AGENTIHOOKS_TASK_TEXT"] == (
-        "the new plan (eng-1)"
-    )
-    record = await waiting.recovery.launch_record(await waiting.worker(second("eng-1")))
-    assert record.directive == directives.FRESH and record.restore_grant is None
 
 
 async def test_launch_record_grants_read_fenced_scope_and_write_own(waiting: h.Harness) -> None:
@@ -198,21 +140,6 @@ async def test_launch_record_grants_read_fenced_scope_and_write_own(waiting: h.H
 # Repeated and conflicting.
 
 
-async def test_repeat_returns_the_same_decision_also_after_restart(waiting: h.Harness) -> None:
-    """Spec: repeating the accepted choice, including after a controller restart, returns the
-    same decision, checkpoint and replacement, and admits nothing new."""
-    waiting.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-7")]
-    r1 = await waiting.recovery.restore_decision("eng-1", RESUME, None, records.Operator())
-    waiting.checkpoints.by_execution[first("eng-1")] = [h.summary("ckpt-9", sequence=9)]
-    await waiting.restart()
-    r2 = await waiting.recovery.restore_decision(first("eng-1"), RESUME, None, records.Operator())
-    assert r2.repeated and r2.decision == r1.decision
-    assert list(waiting.runtime.specs).count(second("eng-1")) == 1
-    assert not await waiting.client.exists(
-        keys.execution(SWARM, keys.execution_id(SWARM, "eng-1", 3))
-    )
-
-
 async def test_a_different_choice_after_acceptance_is_refused(waiting: h.Harness) -> None:
     """Spec: a different choice after a decision was accepted is refused with `no recovery
     decision is pending for this attempt`, and the accepted decision, fence, directive and
@@ -224,14 +151,6 @@ async def test_a_different_choice_after_acceptance_is_refused(waiting: h.Harness
         await waiting.recovery.restore_decision("eng-1", FRESH, None, records.Operator())
     assert caught.value.message == NOT_PENDING
     assert await snapshot(waiting.client) == before
-
-
-async def test_choice_for_a_running_attempt_is_not_pending(hx: h.Harness) -> None:
-    """A seat whose attempt was never fenced has no pending decision."""
-    with pytest.raises(errors.Refused, match=NOT_PENDING):
-        await hx.recovery.restore_decision("eng-1", FRESH, None, records.Operator())
-    with pytest.raises(errors.NotFound):
-        await hx.recovery.restore_decision("nope", FRESH, None, records.Operator())
 
 
 async def test_100_concurrent_identical_decisions_admit_one_replacement(
@@ -284,38 +203,3 @@ async def test_request_recorded_then_applied_next_pass_then_dropped(waiting: h.H
     await rec.request_restore_decision("eng-1", FRESH, None, records.Operator())
     assert (await rec.reconcile()).requests_applied == 1
     assert await reading.requests(waiting.client, SWARM) == []
-
-
-async def test_refused_request_is_dropped_and_logged_with_the_spec_line(
-    waiting: h.Harness, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Spec: a refused request is logged by the controller as `controller: the recovery request
-    for EXECUTION was refused: REASON`."""
-    caplog.set_level(logging.WARNING, logger="services.controller.decisions")
-    await waiting.recovery.request_restore_decision("eng-1", RESUME, None, records.Operator())
-    report = await waiting.recovery.reconcile()
-    assert report.requests_refused == 1
-    assert await reading.requests(waiting.client, SWARM) == []
-    lines = [r.getMessage() for r in caplog.records]
-    assert lines == [
-        f"controller: the recovery request for {first('eng-1')} was refused: "
-        "no complete compatible checkpoint to resume from"
-    ]
-    d = await reading.decision(waiting.client, SWARM, first("eng-1"))
-    assert d is not None and d.state is records.DecisionState.RECOVERY_PENDING
-
-
-async def test_conflicting_request_is_refused_as_not_pending(
-    waiting: h.Harness, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Spec: a recorded request for a different choice than the accepted one is refused (and
-    logged) as not pending; the accepted decision stays."""
-    caplog.set_level(logging.WARNING, logger="services.controller.decisions")
-    await waiting.recovery.restore_decision("eng-1", FRESH, None, records.Operator())
-    await waiting.recovery.request_restore_decision("eng-1", RESUME, None, records.Operator())
-    await waiting.recovery.reconcile()
-    assert [r.getMessage() for r in caplog.records] == [
-        f"controller: the recovery request for {first('eng-1')} was refused: {NOT_PENDING}"
-    ]
-    d = await reading.decision(waiting.client, SWARM, first("eng-1"))
-    assert d is not None and d.choice is FRESH
