@@ -41,7 +41,9 @@ from services.controller.pods import classifying, templates
 from services.controller.state import reading
 from tests.support import certificates, git_repos, ports, redis_server, s3, store_server
 from tests.support import controller_server as cs
+from tests.support.kube import objects
 from tests.support.kube.apiserver import emulator as k8s_emulator
+from tests.support.kube.controllers import scheduling
 from tests.support.kube.node import kubelet as kubelets
 
 SWARM = "example"
@@ -237,7 +239,7 @@ async def cluster(
         image_paths=[*IMAGE_PATHS, str(image)],
         heartbeat=1.0,
     )
-    scheduler = kubelets.Scheduler(k8s_emulator.url)
+    scheduler = scheduling.Scheduler(k8s_emulator.url)
     await scheduler.__aenter__()
     await node.start()
     releasing = asyncio.create_task(_fail_once_captured(ctl, image / FAIL_NOW))
@@ -294,7 +296,7 @@ def _document(cluster: Cluster, *, automation: bool = True) -> str:
 
 async def _terminated(cluster: Cluster, execution: str, container: str) -> dict[str, Any]:
     async def check() -> dict[str, Any]:
-        status = kubelets.container_status(cluster.pod(execution), container)
+        status = objects.container_status(cluster.pod(execution), container)
         terminated = status.get("state", {}).get("terminated")
         assert terminated, status
         return dict(terminated)

@@ -41,7 +41,7 @@ from tests.e2e.kube_cluster import (
 )
 from tests.support import controller_server as cs
 from tests.support import ports
-from tests.support.kube.node import kubelet as kubelets
+from tests.support.kube import objects
 
 pytestmark = pytest.mark.slow
 __all__ = ["cluster"]
@@ -203,9 +203,9 @@ async def test_a_graceful_eviction_loses_no_record(cluster: Cluster) -> None:
     grace = last["metadata"]["deletionGracePeriodSeconds"]
     assert grace == templates.default_pod_template()["spec"]["terminationGracePeriodSeconds"]
     assert grace >= serving.FINAL_CAPTURE_S
-    stopped = kubelets.container_status(last, classifying.WORKER_CONTAINER)["state"]
+    stopped = objects.container_status(last, classifying.WORKER_CONTAINER)["state"]
     assert stopped["terminated"]["exitCode"] == 143, stopped  # SIGTERM's, not SIGKILL's 137
-    sidecar = kubelets.container_status(last, classifying.RESTORER_CONTAINER)["state"]
+    sidecar = objects.container_status(last, classifying.RESTORER_CONTAINER)["state"]
     assert sidecar["terminated"]["exitCode"] == 0, sidecar  # done within the grace period
     fence = await _fence(cluster)
     [final] = _final_reports(cluster, FIRST)

@@ -27,7 +27,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from services.controller.pods import kubernetes, runtime, templates
 from tests.support import ports
-from tests.support.kube import kubectl
+from tests.support.kube import clusters, kubectl, objects
 from tests.support.kube.apiserver import emulator as emulators
 from tests.support.kube.apiserver.emulator import K8sEmulator
 from tests.support.kube.controllers import cert_manager
@@ -249,7 +249,7 @@ async def test_kubectl_logs_shows_why_a_sidecar_stopped_at_start(
     line = expected.split("; gRPC:")[0]
     line = line.replace("agentihooks-controller.agentihooks.svc:50051", "127.0.0.1:9")
     line = line.replace("in 60 s", "in 2 s")
-    async with kubelet_module.cluster(
+    async with clusters.cluster(
         k8s_emulator, root=tmp_path / "nodes", backoff=(60.0, 60.0)
     ) as nodes:
         (kubelet,) = nodes.kubelets.values()
@@ -273,7 +273,7 @@ async def test_kubectl_logs_shows_why_a_sidecar_stopped_at_start(
             def stopped(pod: dict[str, Any] | None) -> bool:
                 """The sidecar ended with 5, was restarted, ended again and now waits out its
                 back-off: its newest run's log is complete."""
-                status = kubelet_module.container_status(pod or {}, "restorer") or {}
+                status = objects.container_status(pod or {}, "restorer") or {}
                 ended = (status.get("lastState") or {}).get("terminated") or {}
                 waiting = (status.get("state") or {}).get("waiting") or {}
                 return ended.get("exitCode") == 5 and waiting.get("reason") == "CrashLoopBackOff"
@@ -335,7 +335,7 @@ async def test_the_system_rolls_out_as_the_guide_says(
         await operator.prepare()
         await make_tls_secrets(operator)
         async with (
-            kubelet_module.cluster(emulator, root=tmp_path / "nodes", network=True) as nodes,
+            clusters.cluster(emulator, root=tmp_path / "nodes", network=True) as nodes,
             pod_network.ServiceProxy(emulator.url),
             k8s_workloads.controllers(emulator.url),
         ):

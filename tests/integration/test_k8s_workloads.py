@@ -12,11 +12,12 @@ import pytest
 import yaml
 
 from tests.support import ports
-from tests.support.kube import kubectl
+from tests.support.kube import clusters, kubectl
 from tests.support.kube.apiserver.emulator import K8sEmulator
+from tests.support.kube.clusters import Cluster
 from tests.support.kube.controllers import workloads as k8s_workloads
 from tests.support.kube.node import kubelet as kubelet_module
-from tests.support.kube.node.kubelet import Cluster, condition
+from tests.support.kube.objects import condition
 
 NS = "default"
 DEADLINE_S = 180
@@ -70,7 +71,7 @@ async def running(k8s_emulator: K8sEmulator, tmp_path: pathlib.Path) -> AsyncIte
     if reason is not None:
         pytest.fail(f"the kubelet cannot run Pods on this machine: {reason}")
     async with (
-        kubelet_module.cluster(k8s_emulator, root=tmp_path / "nodes") as nodes,
+        clusters.cluster(k8s_emulator, root=tmp_path / "nodes") as nodes,
         k8s_workloads.controllers(k8s_emulator.url),
     ):
         yield nodes

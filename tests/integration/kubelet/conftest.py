@@ -6,8 +6,8 @@ test here with the reason, loudly: these tests are never skipped.
 
 import pytest
 
+from tests.support.kube.clusters import kube_scheduler, kubelet
 from tests.support.kube.node import kubelet as kubelet_module
-from tests.support.kube.node.kubelet import kube_scheduler, kubelet
 
 __all__ = ["kube_scheduler", "kubelet"]
 

@@ -13,7 +13,7 @@ import aiohttp
 from kubernetes_asyncio import client
 
 from tests.support.kube.apiserver import emulator as k8s_emulator
-from tests.support.kube.node.kubelet import container_status
+from tests.support.kube.objects import container_status
 
 NS = "default"
 IMAGE = "registry.local/agent-worker:test"

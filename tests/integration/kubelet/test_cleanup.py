@@ -6,6 +6,7 @@ import asyncio
 
 from tests.integration.kubelet import pods
 from tests.support.kube import api_client
+from tests.support.kube.controllers import scheduling
 from tests.support.kube.node import kubelet as kubelet_module
 
 # Ignores SIGTERM and leaves a grandchild in its own session, writing both pids down.
@@ -40,7 +41,7 @@ async def test_closing_kills_every_process_and_removes_its_cgroups_and_folders(
         return pods.python(name, STUBBORN, env=env, volumeMounts=mount, **extra)
 
     root = tmp_path / "kubelet"
-    async with kubelet_module.Scheduler(k8s_emulator.url):
+    async with scheduling.Scheduler(k8s_emulator.url):
         node = kubelet_module.Kubelet(k8s_emulator.url, "node-1", root=root)
         await node.start()
         try:

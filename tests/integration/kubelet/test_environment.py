@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.integration.kubelet import pods
-from tests.support.kube.node import kubelet as kubelet_module
+from tests.support.kube import objects
 
 PRINT_ENV = """
 import os
@@ -127,7 +127,7 @@ async def test_args_follow_the_command_and_restarts_follow_the_policy(
     await pods.create(k8s_emulator, body)
     pod = await kubelet.wait_for_pod(pods.NS, "retry", pods.terminal)
 
-    status = kubelet_module.container_status(pod, "worker")
+    status = objects.container_status(pod, "worker")
     assert (pods.phase(pod), status["restartCount"]) == ("Succeeded", 2)
     assert status["lastState"]["terminated"]["exitCode"] == 1
     assert kubelet.logs(pods.NS, "retry", "worker") == "['a', 'b'] 2\n"

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from services.controller.pods import classifying
 from tests.integration.kubelet import pods
-from tests.support.kube.node import kubelet as kubelet_module
+from tests.support.kube import clusters, objects
 
 TICK = """
 import os, time
@@ -52,7 +52,7 @@ async def test_a_stopped_node_freezes_its_pods_and_goes_unknown(k8s_emulator, ku
     await kubelet.stop()
     assert kubelet.stopped
     node = k8s_emulator.get("nodes", "node-1")
-    assert kubelet_module.condition(node, "Ready") == "Unknown"
+    assert objects.condition(node, "Ready") == "Unknown"
     frozen = count(kubelet)
     await asyncio.sleep(1.0)  # a frozen process cannot move, however slow the machine
     assert count(kubelet) == frozen
@@ -66,7 +66,7 @@ async def test_a_stopped_node_freezes_its_pods_and_goes_unknown(k8s_emulator, ku
 
     await kubelet.start()
     node = k8s_emulator.get("nodes", "node-1")
-    assert kubelet_module.condition(node, "Ready") == "True"
+    assert objects.condition(node, "Ready") == "True"
     await advancing(kubelet, frozen)
     assert kubelet.pid(pods.NS, "ticker", "worker") == pid
 
@@ -103,7 +103,7 @@ async def test_the_scheduler_binds_to_ready_nodes_only(k8s_emulator, kubelet, ku
 
 async def test_a_cluster_spreads_pods_over_its_ready_nodes(k8s_emulator, tmp_path) -> None:
     nodes = ("node-a", "node-b")
-    async with kubelet_module.cluster(
+    async with clusters.cluster(
         k8s_emulator, nodes=nodes, root=tmp_path, backoff=(1.0, 10.0), heartbeat=0.2
     ) as cluster:
         for index in range(4):

@@ -12,6 +12,7 @@ from kubernetes_asyncio import client
 
 from tests.integration.kubelet import pods
 from tests.support.kube.apiserver import emulator as k8s_emulator
+from tests.support.kube.controllers import scheduling
 from tests.support.kube.network import pod_network
 from tests.support.kube.node import kubelet
 
@@ -72,7 +73,7 @@ asyncio.run(main())
 async def networked(tmp_path: Any) -> AsyncIterator[tuple[Any, kubelet.Kubelet]]:
     async with (
         k8s_emulator.serving(in_cluster=True) as k8s,
-        kubelet.Scheduler(k8s.url),
+        scheduling.Scheduler(k8s.url),
         pod_network.ServiceProxy(k8s.url),
         kubelet.Kubelet(k8s.url, "node-1", root=tmp_path / "kubelet", network=True) as node,
     ):

@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration.kubelet import pods
 from tests.support import ports
-from tests.support.kube.node import kubelet as kubelet_module
+from tests.support.kube import objects
 
 SHARED = {"name": "shared", "emptyDir": {}}
 MOUNT = [{"name": "shared", "mountPath": "/shared"}]
@@ -68,12 +68,12 @@ async def test_the_main_container_waits_for_the_sidecars_startup_probe(
     assert (shared / "sidecar-terminated").read_text() == "main-done=True"
     assert pods.phase(pod) == "Succeeded"
     assert pods.state(pod, "worker")["terminated"]["exitCode"] == 0
-    restorer = kubelet_module.container_status(pod, "restorer")
+    restorer = objects.container_status(pod, "restorer")
     assert restorer["state"]["terminated"]["exitCode"] == 0
     assert restorer["restartCount"] == 0
     assert kubelet.logs(pods.NS, "ordered", "restorer") == "ready\n"
-    assert kubelet_module.condition(pod, "Initialized") == "True"
-    assert kubelet_module.condition(pod, "Ready") == "False"
+    assert objects.condition(pod, "Initialized") == "True"
+    assert objects.condition(pod, "Ready") == "False"
 
 
 async def test_while_running_the_pod_reports_the_started_sidecar_and_is_ready(
@@ -90,21 +90,21 @@ async def test_while_running_the_pod_reports_the_started_sidecar_and_is_ready(
     await pods.create(k8s_emulator, body)
 
     def waiting_on_probe(pod) -> bool:
-        restorer = kubelet_module.container_status(pod, "restorer")
+        restorer = objects.container_status(pod, "restorer")
         return "running" in restorer.get("state", {}) and restorer.get("started") is False
 
     pod = await kubelet.wait_for_pod(pods.NS, "running", waiting_on_probe)
     assert pods.phase(pod) == "Pending"
     assert pods.state(pod, "worker") == {"waiting": {"reason": "PodInitializing"}}
-    assert kubelet_module.condition(pod, "Initialized") == "False"
+    assert objects.condition(pod, "Initialized") == "False"
 
     pod = await kubelet.wait_for_pod(
-        pods.NS, "running", lambda p: kubelet_module.condition(p, "Ready") == "True"
+        pods.NS, "running", lambda p: objects.condition(p, "Ready") == "True"
     )
     assert pods.phase(pod) == "Running"
-    restorer = kubelet_module.container_status(pod, "restorer")
+    restorer = objects.container_status(pod, "restorer")
     assert (restorer["started"], restorer["ready"]) == (True, True)
-    worker = kubelet_module.container_status(pod, "worker")
+    worker = objects.container_status(pod, "worker")
     assert (worker["started"], worker["ready"]) == (True, True)
     assert set(pod["status"]) >= {"startTime", "hostIP", "podIP", "conditions"}
 
@@ -175,7 +175,7 @@ while True:
     pod = await kubelet.wait_for_pod(pods.NS, "flaky", pods.terminal)
 
     assert pods.phase(pod) == "Succeeded"
-    restorer = kubelet_module.container_status(pod, "restorer")
+    restorer = objects.container_status(pod, "restorer")
     assert restorer["restartCount"] == 1
     assert restorer["lastState"]["terminated"]["exitCode"] == 3
     assert restorer["state"]["terminated"]["exitCode"] == 143

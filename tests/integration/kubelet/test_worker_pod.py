@@ -12,7 +12,7 @@ import pytest
 from services.controller.pods import kubernetes, runtime, templates
 from tests.integration.kubelet import pods
 from tests.support import ports
-from tests.support.kube.node import kubelet as kubelet_module
+from tests.support.kube import objects
 
 NS = "workers"
 TOKEN = "wk-kubelet-test-credential"
@@ -90,7 +90,7 @@ async def test_the_controllers_worker_pod_runs_with_its_restorer_sidecar(
         "restorer_listening": True,
     }
     assert pods.phase(pod) == "Succeeded"
-    restorer = kubelet_module.container_status(pod, "restorer")
+    restorer = objects.container_status(pod, "restorer")
     # Stopped by SIGTERM once the worker ended, cleanly.
     assert restorer["state"]["terminated"]["exitCode"] == 0, kubelet.logs(NS, name, "restorer")
     assert restorer["restartCount"] == 0

@@ -34,7 +34,7 @@ zero), ``maxSurge``/``maxUnavailable`` arithmetic, ``minReadySeconds``, ``Parall
 management, partitions, ``OnDelete``, ``progressDeadlineSeconds``, DaemonSets and Jobs.
 
 Use `controllers(api_url)` (an async context manager) beside
-`tests.support.kube.node.kubelet.cluster`.
+`tests.support.kube.clusters.cluster`.
 """
 
 from __future__ import annotations
@@ -50,8 +50,7 @@ import secrets
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from tests.support.kube import api_client
-from tests.support.kube.node import kubelet
+from tests.support.kube import api_client, objects
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +92,7 @@ def _active(pod: Mapping[str, Any]) -> bool:
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:
-    return _active(pod) and kubelet.condition(pod, "Ready") == "True"
+    return _active(pod) and objects.condition(pod, "Ready") == "True"
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:

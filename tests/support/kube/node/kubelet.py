@@ -126,11 +126,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
-import datetime
 import decimal
-import errno
-import hashlib
 import json
 import logging
 import os
@@ -144,27 +140,21 @@ import stat
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest_asyncio
 from aiohttp import web
 
 from tests.support.kube import api_client
 from tests.support.kube.network import pod_network
-from tests.support.kube.node import launching, mounting
+from tests.support.kube.node import cgroups, launching, mounting, pods, processes, resources
 
 log = logging.getLogger("tests.kubelet")
 
-HOST_IP = "127.0.0.1"
 _SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
-_OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
-_MINIMUM_GRACE = 2.0
-_NEVER_STARTED = "ContainerStatusUnknown"
 # The project this runs from (tests/support/kube/node/ is four folders below it): part of the
 # "image" every container sees.
 PROJECT = Path(__file__).resolve().parents[4]
@@ -187,64 +177,9 @@ def unsupported_reason() -> str | None:
         return "the kubelet needs root (cgroups, mount namespaces, setuid)"
     if shutil.which("unshare") is None:
         return "the kubelet needs unshare (util-linux)"
-    memory = _own_cgroup("memory")
+    memory = cgroups.own("memory")
     if memory is None or not (memory / "memory.limit_in_bytes").exists():
         return "the kubelet needs the cgroup v1 memory controller"
-    return None
-
-
-def parse_quantity(text: str | int | float) -> decimal.Decimal:
-    """A Kubernetes quantity (``"64Mi"``, ``"1G"``, ``"500m"``, ``"1e3"``) as a number.
-
-    Raises:
-        ValueError: Not a quantity.
-    """
-    found = re.fullmatch(r"\s*([+-]?[0-9.]+)([eE][+-]?[0-9]+|[A-Za-z]{0,2})\s*", str(text))
-    if not found:
-        raise ValueError(f"not a quantity: {text!r}")
-    number, suffix = decimal.Decimal(found.group(1)), found.group(2)
-    if suffix[:1] in ("e", "E"):
-        return number * decimal.Decimal(10) ** int(suffix[1:])
-    factors: dict[str, decimal.Decimal | int] = {
-        "": 1,
-        "n": decimal.Decimal("1e-9"),
-        "u": decimal.Decimal("1e-6"),
-        "m": decimal.Decimal("1e-3"),
-        "k": 10**3,
-        "M": 10**6,
-        "G": 10**9,
-        "T": 10**12,
-        "P": 10**15,
-        "E": 10**18,
-        "Ki": 2**10,
-        "Mi": 2**20,
-        "Gi": 2**30,
-        "Ti": 2**40,
-        "Pi": 2**50,
-        "Ei": 2**60,
-    }
-    if suffix not in factors:
-        raise ValueError(f"not a quantity: {text!r}")
-    return number * factors[suffix]
-
-
-def container_status(pod: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
-    """The status of one container (init or main) of a Pod, or {} when it has none yet."""
-    status = (pod or {}).get("status") or {}
-    for entry in (
-        *(status.get("initContainerStatuses") or ()),
-        *(status.get("containerStatuses") or ()),
-    ):
-        if entry.get("name") == name:
-            return dict(entry)
-    return {}
-
-
-def condition(obj: Mapping[str, Any] | None, kind: str) -> str | None:
-    """The status (``"True"``...) of a Pod's or Node's condition, or None."""
-    for entry in ((obj or {}).get("status") or {}).get("conditions") or ():
-        if entry.get("type") == kind:
-            return str(entry.get("status"))
     return None
 
 
@@ -254,85 +189,7 @@ def condition(obj: Mapping[str, Any] | None, kind: str) -> str | None:
 # -- cgroups --------------------------------------------------------------------------------------
 
 
-def _own_cgroup(controller: str) -> Path | None:
-    """This process's cgroup folder of a v1 controller, or None."""
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if controller in controllers.split(","):
-            folder = _CGROUP_ROOT / controller / path.lstrip("/")
-            return folder if folder.is_dir() else None
-    return None
-
-
-def _cgroup_tree(folder: Path) -> list[Path]:
-    """A cgroup folder and every cgroup below it, deepest first."""
-    found = [Path(top) for top, _, _ in os.walk(folder, topdown=False)]
-    return [p for p in found if (p / "cgroup.procs").exists()]
-
-
-def _cgroup_pids(folder: Path) -> list[int]:
-    try:
-        return [int(p) for p in (folder / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _kill_cgroup(folder: Path | None) -> None:
-    if folder is None:
-        return
-    for pid in _cgroup_pids(folder):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-
-
-async def _remove_cgroup(folder: Path | None, *, patience: float = 30.0) -> None:
-    """Kill what is left in a cgroup, then remove it (retrying while it empties)."""
-    if folder is None:
-        return
-    deadline = time.monotonic() + patience
-    while True:
-        if _try_rmdir(folder, give_up=time.monotonic() > deadline):
-            return
-        await asyncio.sleep(0.05)
-
-
-def _try_rmdir(folder: Path, *, give_up: bool) -> bool:
-    """Kill what is in a cgroup and remove it; False while it is still busy."""
-    _kill_cgroup(folder)
-    try:
-        folder.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        if exc.errno in (errno.EBUSY, errno.ENOTEMPTY) and not give_up:
-            return False
-        log.warning("cannot remove cgroup %s: %s", folder, exc)
-    return True
-
-
-def _oom_kills(folder: Path | None) -> int:
-    """How many processes the kernel OOM-killed in a memory cgroup."""
-    if folder is None:
-        return 0
-    try:
-        for line in (folder / "memory.oom_control").read_text().splitlines():
-            key, _, value = line.partition(" ")
-            if key == "oom_kill":
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
 # -- Pods and containers --------------------------------------------------------------------------
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 _REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -365,92 +222,6 @@ _VOLUME_OBJECTS = {
     "secret": ("secrets", "secretName", "secret", "Secret"),
     "configMap": ("configmaps", "name", "configmap", "ConfigMap"),
 }
-
-
-class _ConfigError(Exception):
-    """A container cannot be configured (CreateContainerConfigError)."""
-
-
-class _MountError(Exception):
-    """A Pod's volumes cannot be set up (its containers stay ContainerCreating)."""
-
-
-@dataclasses.dataclass(eq=False)
-class _Container:
-    spec: dict[str, Any]
-    kind: str  # "init", "sidecar" or "main"
-    state: dict[str, Any] = dataclasses.field(default_factory=dict)
-    last_state: dict[str, Any] = dataclasses.field(default_factory=dict)
-    restart_count: int = 0
-    started: bool = False
-    ready: bool = False
-    done: bool = False
-    container_id: str | None = None
-    proc: asyncio.subprocess.Process | None = None
-    cgroup: Path | None = None
-    started_at: str | None = None
-    runs: int = 0
-    exit_code: int | None = None
-    probes: list[asyncio.Task[None]] = dataclasses.field(default_factory=list)
-    started_event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    exited: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    supervisor: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        return str(self.spec["name"])
-
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-
-@dataclasses.dataclass(eq=False)
-class _Pod:
-    obj: dict[str, Any]
-    folder: Path
-    logs: Path
-    init: list[_Container]
-    main: list[_Container]
-    start_time: str = dataclasses.field(default_factory=_now)
-    deleting: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
-    gone: bool = False
-    terminating: bool = False
-    sandbox: asyncio.subprocess.Process | None = None
-    sandbox_ready: bool = False
-    initialized: bool = False
-    final_phase: str | None = None
-    message: str | None = None
-    cgroup: Path | None = None
-    task: asyncio.Task[None] | None = None
-    lock: asyncio.Lock = dataclasses.field(default_factory=asyncio.Lock)
-    written: dict[str, Any] | None = None
-    transitions: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
-    ip: str = HOST_IP
-    """The Pod's address: its own with a Pod network, else the host's."""
-
-    @property
-    def uid(self) -> str:
-        return str(self.obj["metadata"]["uid"])
-
-    @property
-    def namespace(self) -> str:
-        return str(self.obj["metadata"]["namespace"])
-
-    @property
-    def name(self) -> str:
-        return str(self.obj["metadata"]["name"])
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return dict(self.obj.get("spec") or {})
-
-    @property
-    def containers(self) -> list[_Container]:
-        return [*self.init, *self.main]
-
-    def container(self, name: str) -> _Container | None:
-        return next((c for c in self.containers if c.name == name), None)
 
 
 class Kubelet:
@@ -512,7 +283,7 @@ class Kubelet:
             image_paths = [project, sys.prefix, sys.base_prefix, real]
         self.image_paths = _outermost(str(Path(p)) for p in image_paths)
         self._api = api_client.ApiServer(api_url)
-        self._pods: dict[str, _Pod] = {}
+        self._pods: dict[str, pods.Pod] = {}
         self._finished: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._procs: set[asyncio.subprocess.Process] = set()
@@ -563,11 +334,11 @@ class Kubelet:
                 self.root.mkdir(parents=True, exist_ok=True)
             (self.root / "pods").mkdir(exist_ok=True)
             (self.root / "logs").mkdir(exist_ok=True)
-            own_memory = _own_cgroup("memory")
+            own_memory = cgroups.own("memory")
             assert own_memory is not None
             self._memory = own_memory / f"kubelet-{self.node_name}-{token}"
             self._memory.mkdir()
-            own_freezer = _own_cgroup("freezer")
+            own_freezer = cgroups.own("freezer")
             if own_freezer is not None and (own_freezer / "cgroup.procs").exists():
                 self._freezer = own_freezer / f"kubelet-{self.node_name}-{token}"
                 self._freezer.mkdir()
@@ -633,19 +404,19 @@ class Kubelet:
             await self._thaw()
         await api_client.cancel_tasks(self._tasks)
         for proc in list(self._procs):
-            _kill_group(proc)
+            processes.kill_group(proc)
             if proc.stdin is not None:
                 proc.stdin.close()
         for pod in self._pods.values():
             for c in pod.containers:
-                _kill_cgroup(c.cgroup)
+                cgroups.kill(c.cgroup)
         for proc in list(self._procs):
-            await _reap(proc)
+            await processes.reap(proc)
         # Every cgroup under the kubelet's own, deepest first, whoever made it.
         for folder in (self._memory, self._freezer):
             if folder is not None:
-                for inner in _cgroup_tree(folder):
-                    await _remove_cgroup(inner)
+                for inner in cgroups.tree(folder):
+                    await cgroups.remove(inner)
         await self._api.close()
         if self._log_server is not None:
             await self._log_server.cleanup()
@@ -745,7 +516,7 @@ class Kubelet:
         return conditions
 
     def _node_condition_values(self, ready: bool | None) -> list[dict[str, Any]]:
-        now = _now()
+        now = pods.now()
         if ready is None:
             return [
                 {
@@ -792,7 +563,7 @@ class Kubelet:
         return {
             "conditions": self._node_conditions(True),
             "addresses": [
-                {"type": "InternalIP", "address": HOST_IP},
+                {"type": "InternalIP", "address": pods.HOST_IP},
                 {"type": "Hostname", "address": self.node_name},
             ],
             "capacity": resources,
@@ -841,7 +612,7 @@ class Kubelet:
         app.router.add_get("/containerLogs/{namespace}/{pod}/{container}", container_logs)
         self._log_server = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._log_server.setup()
-        site = web.TCPSite(self._log_server, HOST_IP, 0)
+        site = web.TCPSite(self._log_server, pods.HOST_IP, 0)
         await site.start()
         server = site._server
         assert server is not None and server.sockets  # type: ignore[attr-defined]
@@ -923,7 +694,7 @@ class Kubelet:
         task.set_name(name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        task.add_done_callback(_log_failure)
+        task.add_done_callback(processes.log_failure)
         return task
 
     async def _on_event(self, kind: str, obj: dict[str, Any]) -> None:
@@ -954,17 +725,17 @@ class Kubelet:
         self._pods[uid] = pod
         pod.task = self._spawn(self._pod_worker(pod), f"pod {pod.namespace}/{pod.name}")
 
-    def _admit(self, obj: dict[str, Any]) -> _Pod:
+    def _admit(self, obj: dict[str, Any]) -> pods.Pod:
         meta, spec = obj["metadata"], obj.get("spec") or {}
         folder = self.root / "pods" / meta["uid"]
         folder.mkdir(parents=True, exist_ok=True)
         logs = self._log_folder(meta["namespace"], meta["name"], meta["uid"])
         logs.mkdir(parents=True, exist_ok=True)
         init = [
-            _Container(dict(c), "sidecar" if c.get("restartPolicy") == "Always" else "init")
+            pods.Container(dict(c), "sidecar" if c.get("restartPolicy") == "Always" else "init")
             for c in spec.get("initContainers") or ()
         ]
-        main = [_Container(dict(c), "main") for c in spec.get("containers") or ()]
+        main = [pods.Container(dict(c), "main") for c in spec.get("containers") or ()]
         for c in [*init, *main]:
             c.state = {"waiting": {"reason": "PodInitializing"}}
             c.exited.set()
@@ -973,17 +744,17 @@ class Kubelet:
         else:
             for c in main:
                 c.state = {"waiting": {"reason": "ContainerCreating"}}
-        return _Pod(obj, folder, logs, init, main)
+        return pods.Pod(obj, folder, logs, init, main)
 
     def _log_folder(self, namespace: str, name: str, uid: str | None = None) -> Path:
         if uid is None:
-            matches = sorted((self.root / "logs").glob(f"{namespace}_{name}_*"), key=_mtime)
+            matches = sorted((self.root / "logs").glob(f"{namespace}_{name}_*"), key=pods.mtime)
             if not matches:
                 raise KeyError(f"no logs of {namespace}/{name}")
             return matches[-1]
         return self.root / "logs" / f"{namespace}_{name}_{uid}"
 
-    def _pod(self, namespace: str, name: str) -> _Pod:
+    def _pod(self, namespace: str, name: str) -> pods.Pod:
         for pod in self._pods.values():
             if (pod.namespace, pod.name) == (namespace, name):
                 return pod
@@ -991,13 +762,13 @@ class Kubelet:
 
     # -- one Pod ----------------------------------------------------------------------------
 
-    async def _pod_worker(self, pod: _Pod) -> None:
+    async def _pod_worker(self, pod: pods.Pod) -> None:
         await self._sync_status(pod)
         life = self._spawn(self._lifecycle(pod), f"lifecycle {pod.name}")
         deleted = self._spawn(pod.deleting.wait(), f"deleted {pod.name}")
         await asyncio.wait({life, deleted}, return_when=asyncio.FIRST_COMPLETED)
         if pod.deleting.is_set():
-            grace = _MINIMUM_GRACE
+            grace = pods.MINIMUM_GRACE
             if not pod.gone:
                 grace = float(pod.obj["metadata"].get("deletionGracePeriodSeconds") or 0)
         else:
@@ -1018,7 +789,7 @@ class Kubelet:
         del self._pods[pod.uid]
         shutil.rmtree(pod.folder, ignore_errors=True)
 
-    async def _lifecycle(self, pod: _Pod) -> None:
+    async def _lifecycle(self, pod: pods.Pod) -> None:
         await self._prepare(pod)
         for c in pod.init:
             c.state = {"waiting": {"reason": "ContainerCreating"}}
@@ -1047,7 +818,7 @@ class Kubelet:
             c.supervisor = self._spawn(self._supervise(pod, c), f"{pod.name}/{c.name}")
         await asyncio.gather(*(c.supervisor for c in pod.main if c.supervisor))
 
-    async def _supervise(self, pod: _Pod, c: _Container) -> None:
+    async def _supervise(self, pod: pods.Pod, c: pods.Container) -> None:
         policy = pod.spec.get("restartPolicy", "Always")
         while not pod.terminating:
             if not await self._start_container(pod, c):
@@ -1060,7 +831,7 @@ class Kubelet:
                 return
             await self._back_off(pod, c)
 
-    async def _back_off(self, pod: _Pod, c: _Container) -> None:
+    async def _back_off(self, pod: pods.Pod, c: pods.Container) -> None:
         first, longest = self.backoff
         delay = 0.0 if c.restart_count == 0 else min(first * 2 ** (c.restart_count - 1), longest)
         c.last_state = c.state
@@ -1082,7 +853,7 @@ class Kubelet:
 
     # -- volumes and the sandbox ------------------------------------------------------------
 
-    async def _prepare(self, pod: _Pod) -> None:
+    async def _prepare(self, pod: pods.Pod) -> None:
         """Volumes, then the sandbox; retried (containers ContainerCreating) until they work."""
         while True:
             await self._gate()
@@ -1090,7 +861,7 @@ class Kubelet:
                 await self._prepare_once(pod)
                 pod.message = None
                 return
-            except _MountError as exc:
+            except pods.MountError as exc:
                 pod.message = str(exc)
                 for c in pod.containers:
                     if "waiting" in c.state:
@@ -1099,7 +870,7 @@ class Kubelet:
                 log.info("pod %s/%s: %s", pod.namespace, pod.name, exc)
                 await asyncio.sleep(self.config_retry)
 
-    async def _prepare_once(self, pod: _Pod) -> None:
+    async def _prepare_once(self, pod: pods.Pod) -> None:
         spec = pod.spec
         volumes_folder = pod.folder / "volumes"
         volumes_folder.mkdir(exist_ok=True)
@@ -1134,7 +905,7 @@ class Kubelet:
                 sources[name] = (_host_path(host), False)
             else:
                 kinds = sorted(k for k in volume if k != "name")
-                raise _MountError(f"volume {name!r}: unsupported volume type {kinds}")
+                raise pods.MountError(f"volume {name!r}: unsupported volume type {kinds}")
         extra: list[dict[str, Any]] = []
         if self.network is not None:
             pod.ip = self.network.allocate(pod.uid)
@@ -1150,12 +921,12 @@ class Kubelet:
             mounts = [{"readonly": False, "recursive": False, **m} for m in extra]
             for m in c.spec.get("volumeMounts") or ():
                 if m["name"] not in sources:
-                    raise _MountError(f"container {c.name}: no volume named {m['name']!r}")
+                    raise pods.MountError(f"container {c.name}: no volume named {m['name']!r}")
                 source, readonly = sources[m["name"]]
                 if m.get("subPath"):
                     sub = Path(source) / m["subPath"]
                     if ".." in Path(m["subPath"]).parts:
-                        raise _MountError(f"container {c.name}: subPath escapes the volume")
+                        raise pods.MountError(f"container {c.name}: subPath escapes the volume")
                     if not sub.exists():
                         sub.mkdir(parents=True, mode=0o777)
                     source = str(sub)
@@ -1195,7 +966,7 @@ class Kubelet:
             if (pod.folder / "hosts").exists():
                 self._write_hosts(pod)
 
-    def _write_hosts(self, pod: _Pod) -> None:
+    def _write_hosts(self, pod: pods.Pod) -> None:
         text = pod_network.hosts_file(pod.namespace, pod.name, pod.ip, self._services.values())
         # In place: the file is bound over /etc/hosts, so it must stay the same inode.
         with open(pod.folder / "hosts", "a+") as f:
@@ -1206,7 +977,7 @@ class Kubelet:
                 f.write(text)
         os.chmod(pod.folder / "hosts", 0o644)
 
-    async def _service_account_volume(self, pod: _Pod) -> Path | None:
+    async def _service_account_volume(self, pod: pods.Pod) -> Path | None:
         """The service account token volume the API server's admission gives a Pod unless
         ``automountServiceAccountToken`` is false (on the Pod, else on its service account):
         ``token`` (a TokenRequest for the Pod's service account), ``ca.crt`` (the namespace's
@@ -1218,14 +989,14 @@ class Kubelet:
         automount = pod.spec.get("automountServiceAccountToken")
         account = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/serviceaccounts/{name}")
         if account is None:
-            raise _MountError(f'serviceaccount "{name}" not found')
+            raise pods.MountError(f'serviceaccount "{name}" not found')
         if automount is None:
             automount = account.get("automountServiceAccountToken", True)
         if not automount:
             return None
         ca = await self._api.get(f"/api/v1/namespaces/{pod.namespace}/configmaps/kube-root-ca.crt")
         if ca is None:
-            raise _MountError('configmap "kube-root-ca.crt" not found')
+            raise pods.MountError('configmap "kube-root-ca.crt" not found')
         answer = await self._api.call(
             "POST",
             f"/api/v1/namespaces/{pod.namespace}/serviceaccounts/{name}/token",
@@ -1243,7 +1014,7 @@ class Kubelet:
         return folder
 
     async def _write_object_volume(
-        self, pod: _Pod, kind: str, source: Mapping[str, Any], folder: Path, fs_group: Any
+        self, pod: pods.Pod, kind: str, source: Mapping[str, Any], folder: Path, fs_group: Any
     ) -> None:
         """Write a ``secret`` or ``configMap`` volume's files (see `_volume_files`): a Secret's
         ``data`` decoded from base64; a ConfigMap's ``data`` as UTF-8 text and its
@@ -1259,7 +1030,7 @@ class Kubelet:
             if source.get("optional"):
                 _write_files(folder, [], fs_group)
                 return
-            raise _MountError(f'MountVolume.SetUp failed: {singular} "{name}" not found')
+            raise pods.MountError(f'MountVolume.SetUp failed: {singular} "{name}" not found')
         encoded = found.get("data" if kind == "secret" else "binaryData") or {}
         data = {k: base64.b64decode(v) for k, v in encoded.items()}
         if kind == "configMap":
@@ -1269,7 +1040,7 @@ class Kubelet:
 
     async def _claim_volume(
         self,
-        pod: _Pod,
+        pod: pods.Pod,
         source: Mapping[str, Any],
         fs_group: Any,
         policy: str | None,
@@ -1284,18 +1055,18 @@ class Kubelet:
         """
         name = str(source.get("claimName", ""))
         if not name or "/" in name or name in (".", ".."):
-            raise _MountError(f"persistentVolumeClaim: invalid claimName {name!r}")
+            raise pods.MountError(f"persistentVolumeClaim: invalid claimName {name!r}")
         claim = await self._api.get(
             f"/api/v1/namespaces/{pod.namespace}/persistentvolumeclaims/{name}"
         )
         failed = f"error processing PVC {pod.namespace}/{name}"
         if claim is None:
-            raise _MountError(
+            raise pods.MountError(
                 f"{failed}: failed to fetch PVC from API server: "
                 f'persistentvolumeclaims "{name}" not found'
             )
         if (claim.get("metadata") or {}).get("deletionTimestamp"):
-            raise _MountError(f"{failed}: can't start pod because PVC is being deleted")
+            raise pods.MountError(f"{failed}: can't start pod because PVC is being deleted")
         folder = self.claim_path(pod.namespace, name)
         if not folder.is_dir():
             folder.mkdir(parents=True, exist_ok=True)
@@ -1304,8 +1075,8 @@ class Kubelet:
             _set_volume_ownership(folder, int(fs_group), readonly, policy)
         return folder
 
-    async def _start_sandbox(self, pod: _Pod, config: Mapping[str, Any]) -> None:
-        log_file = _open_append(pod.folder / "sandbox.log")
+    async def _start_sandbox(self, pod: pods.Pod, config: Mapping[str, Any]) -> None:
+        log_file = processes.open_append(pod.folder / "sandbox.log")
         try:
             proc = await asyncio.create_subprocess_exec(
                 shutil.which("unshare") or "unshare",
@@ -1336,22 +1107,22 @@ class Kubelet:
         if line != "ready":
             if proc.stdin is not None:
                 proc.stdin.close()
-            await _reap(proc, kill=True)
+            await processes.reap(proc, kill=True)
             self._procs.discard(proc)
-            raise _MountError(f"the Pod sandbox failed: {line or 'no answer'}")
+            raise pods.MountError(f"the Pod sandbox failed: {line or 'no answer'}")
         pod.sandbox = proc
         if self.network is not None:
             try:
                 pod.ip = await asyncio.to_thread(self.network.attach, pod.uid, proc.pid)
             except OSError as exc:
                 await self._stop_sandbox(pod)
-                raise _MountError(f"the Pod network failed: {exc}") from exc
+                raise pods.MountError(f"the Pod network failed: {exc}") from exc
         pod.sandbox_ready = True
         pod.cgroup = self._memory / f"pod{pod.uid}" if self._memory else None
         if pod.cgroup is not None:
             pod.cgroup.mkdir(exist_ok=True)
 
-    async def _stop_sandbox(self, pod: _Pod) -> None:
+    async def _stop_sandbox(self, pod: pods.Pod) -> None:
         proc = pod.sandbox
         pod.sandbox_ready = False
         if proc is None:
@@ -1359,26 +1130,26 @@ class Kubelet:
         pod.sandbox = None
         if proc.stdin is not None:
             proc.stdin.close()
-        await _reap(proc, kill=True)
+        await processes.reap(proc, kill=True)
         self._procs.discard(proc)
         if self.network is not None:
             await asyncio.to_thread(self.network.detach, pod.uid)
 
-    async def _remove_cgroups(self, pod: _Pod) -> None:
+    async def _remove_cgroups(self, pod: pods.Pod) -> None:
         for c in pod.containers:
-            await _remove_cgroup(c.cgroup)
+            await cgroups.remove(c.cgroup)
             c.cgroup = None
-        await _remove_cgroup(pod.cgroup)
+        await cgroups.remove(pod.cgroup)
         pod.cgroup = None
 
     # -- one container ----------------------------------------------------------------------
 
-    def _identity(self, pod: _Pod, c: _Container) -> tuple[int, int, list[int], bool]:
+    def _identity(self, pod: pods.Pod, c: pods.Container) -> tuple[int, int, list[int], bool]:
         pod_security = pod.spec.get("securityContext") or {}
         security = {**pod_security, **(c.spec.get("securityContext") or {})}
         uid = int(security.get("runAsUser", 0))
         if security.get("runAsNonRoot") and uid == 0:
-            raise _ConfigError(
+            raise pods.ConfigError(
                 "container has runAsNonRoot and image will run as root "
                 f'(pod: "{pod.name}_{pod.namespace}({pod.uid})", container: {c.name})'
             )
@@ -1393,7 +1164,7 @@ class Kubelet:
         no_new_privs = security.get("allowPrivilegeEscalation") is False
         return uid, gid, sorted(set(groups)), no_new_privs
 
-    async def _environment(self, pod: _Pod, c: _Container, uid: int) -> dict[str, str]:
+    async def _environment(self, pod: pods.Pod, c: pods.Container, uid: int) -> dict[str, str]:
         """The container's environment: ``envFrom`` (Secrets and ConfigMaps, with ``prefix``),
         then ``env``, then the image's defaults for what neither set.
 
@@ -1419,14 +1190,14 @@ class Kubelet:
         for source in c.spec.get("envFrom") or ():
             kind = next((k for k in _ENV_FROM if k in source), None)
             if kind is None:
-                raise _ConfigError(f"envFrom: unsupported source {sorted(source)}")
+                raise pods.ConfigError(f"envFrom: unsupported source {sorted(source)}")
             resource, singular, _ = _ENV_FROM[kind]
             ref = source[kind] or {}
             found = await text_data(resource, ref.get("name", ""))
             if found is None:
                 if ref.get("optional"):
                     continue
-                raise _ConfigError(f'{singular} "{ref.get("name", "")}" not found')
+                raise pods.ConfigError(f'{singular} "{ref.get("name", "")}" not found')
             for key, value in found.items():
                 env[source.get("prefix", "") + key] = value
         for entry in c.spec.get("env") or ():
@@ -1444,8 +1215,8 @@ class Kubelet:
                     if ref.get("optional"):
                         continue
                     if found is None:
-                        raise _ConfigError(f'{singular} "{ref.get("name", "")}" not found')
-                    raise _ConfigError(
+                        raise pods.ConfigError(f'{singular} "{ref.get("name", "")}" not found')
+                    raise pods.ConfigError(
                         f"couldn't find key {ref.get('key')} in {title} "
                         f"{pod.namespace}/{ref.get('name', '')}"
                     )
@@ -1453,9 +1224,9 @@ class Kubelet:
             elif "fieldRef" in origin:
                 env[name] = self._field(pod, origin["fieldRef"]["fieldPath"])
             elif "resourceFieldRef" in origin:
-                env[name] = _resource_field(c.spec, origin["resourceFieldRef"])
+                env[name] = resources.resource_field(c.spec, origin["resourceFieldRef"])
             else:
-                raise _ConfigError(f"env {name}: unsupported valueFrom {sorted(origin)}")
+                raise pods.ConfigError(f"env {name}: unsupported valueFrom {sorted(origin)}")
         try:
             home = pwd.getpwuid(uid).pw_dir or "/"
         except KeyError:
@@ -1471,7 +1242,7 @@ class Kubelet:
             }
         return {"PATH": self.path, "HOSTNAME": pod.name, "HOME": home, **env}
 
-    def _field(self, pod: _Pod, path: str) -> str:
+    def _field(self, pod: pods.Pod, path: str) -> str:
         meta = pod.obj["metadata"]
         found = re.fullmatch(r"metadata\.(labels|annotations)\['(.+)'\]", path)
         if found:
@@ -1482,14 +1253,14 @@ class Kubelet:
             "metadata.uid": meta.get("uid"),
             "spec.nodeName": self.node_name,
             "spec.serviceAccountName": pod.spec.get("serviceAccountName", "default"),
-            "status.hostIP": HOST_IP,
+            "status.hostIP": pods.HOST_IP,
             "status.podIP": pod.ip,
         }
         if path not in values:
-            raise _ConfigError(f"unsupported fieldRef {path}")
+            raise pods.ConfigError(f"unsupported fieldRef {path}")
         return str(values[path] or "")
 
-    async def _start_container(self, pod: _Pod, c: _Container) -> bool:
+    async def _start_container(self, pod: pods.Pod, c: pods.Container) -> bool:
         """Start one run of a container, retrying config errors; False once the Pod stops."""
         while True:
             await self._gate()
@@ -1498,7 +1269,7 @@ class Kubelet:
             try:
                 uid, gid, groups, no_new_privs = self._identity(pod, c)
                 env = await self._environment(pod, c, uid)
-            except _ConfigError as exc:
+            except pods.ConfigError as exc:
                 c.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
                 await self._sync_status(pod)
                 await asyncio.sleep(self.config_retry)
@@ -1520,7 +1291,7 @@ class Kubelet:
         if not argv:
             c.proc = None
             c.exit_code = 128
-            c.state = _terminated(128, "StartError", "no command: the image has no entrypoint")
+            c.state = pods.terminated(128, "StartError", "no command: the image has no entrypoint")
             log_path.write_text("")
             return True
         launch = {
@@ -1536,16 +1307,16 @@ class Kubelet:
         if failure is not None:
             c.proc = None
             c.exit_code = 128
-            c.state = _terminated(128, "StartError", failure)
+            c.state = pods.terminated(128, "StartError", failure)
             if proc is not None:
-                await _reap(proc)
+                await processes.reap(proc)
                 self._procs.discard(proc)
-            await _remove_cgroup(c.cgroup)
+            await cgroups.remove(c.cgroup)
             c.cgroup = None
             return True
         c.proc = proc
         c.exited.clear()
-        c.started_at = _now()
+        c.started_at = pods.now()
         c.state = {"running": {"startedAt": c.started_at}}
         probes = c.spec
         if "startupProbe" not in probes:
@@ -1558,14 +1329,16 @@ class Kubelet:
                 c.probes.append(self._spawn(self._probe_loop(pod, c, kind), f"{c.name} {kind}"))
         return True
 
-    def _container_cgroup(self, pod: _Pod, c: _Container) -> Path | None:
+    def _container_cgroup(self, pod: pods.Pod, c: pods.Container) -> Path | None:
         if pod.cgroup is None:
             return None
         folder = pod.cgroup / f"{c.name}-{c.runs}"
         folder.mkdir(exist_ok=True)
         limit = ((c.spec.get("resources") or {}).get("limits") or {}).get("memory")
         if limit is not None:
-            size = str(int(parse_quantity(limit).to_integral_value(decimal.ROUND_CEILING)))
+            size = str(
+                int(resources.parse_quantity(limit).to_integral_value(decimal.ROUND_CEILING))
+            )
             (folder / "memory.limit_in_bytes").write_text(size)
             with contextlib.suppress(OSError):
                 (folder / "memory.memsw.limit_in_bytes").write_text(size)
@@ -1575,8 +1348,8 @@ class Kubelet:
 
     async def _launch(
         self,
-        pod: _Pod,
-        c: _Container,
+        pod: pods.Pod,
+        c: pods.Container,
         launch: Mapping[str, Any],
         log_path: Path | None,
     ) -> tuple[asyncio.subprocess.Process | None, str | None]:
@@ -1597,7 +1370,7 @@ class Kubelet:
             "root": str(pod.folder / "roots" / c.name),
             "report": write_end,
         }
-        output = _open_append(log_path) if log_path else None
+        output = processes.open_append(log_path) if log_path else None
         try:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -1619,16 +1392,16 @@ class Kubelet:
             if output is not None:
                 output.close()
         self._procs.add(proc)
-        report = await _read_all(read_end)
+        report = await processes.read_all(read_end)
         if report:
             return proc, report.decode(errors="replace")
         return proc, None
 
-    def _mark_started(self, c: _Container) -> None:
+    def _mark_started(self, c: pods.Container) -> None:
         c.started = True
         c.started_event.set()
 
-    async def _wait_container(self, pod: _Pod, c: _Container) -> int:
+    async def _wait_container(self, pod: pods.Pod, c: pods.Container) -> int:
         """Wait for the current run to end and record how it ended; returns its exit code."""
         proc = c.proc
         if proc is None:
@@ -1639,7 +1412,7 @@ class Kubelet:
         return c.exit_code if c.exit_code is not None else 128
 
     async def _record_exit(
-        self, pod: _Pod, c: _Container, proc: asyncio.subprocess.Process, code: int
+        self, pod: pods.Pod, c: pods.Container, proc: asyncio.subprocess.Process, code: int
     ) -> None:
         """Record a run's end once (whoever saw it first), kill its leftovers, drop its cgroup."""
         if c.proc is not proc:
@@ -1654,26 +1427,26 @@ class Kubelet:
         cgroup, c.cgroup = c.cgroup, None
         exit_code = code if code >= 0 else 128 - code
         reason = "Completed" if exit_code == 0 else "Error"
-        if _oom_kills(cgroup) > 0:
+        if cgroups.oom_kills(cgroup) > 0:
             reason = "OOMKilled"
-        _kill_cgroup(cgroup)
+        cgroups.kill(cgroup)
         c.exit_code = exit_code
         c.state = {
             "terminated": {
                 "exitCode": exit_code,
                 "reason": reason,
                 "startedAt": c.started_at,
-                "finishedAt": _now(),
+                "finishedAt": pods.now(),
                 "containerID": c.container_id,
             }
         }
         c.ready = False
         c.started = False
         c.exited.set()
-        await _remove_cgroup(cgroup)
+        await cgroups.remove(cgroup)
         await self._sync_status(pod)
 
-    async def _kill_container(self, pod: _Pod, c: _Container, grace: float) -> None:
+    async def _kill_container(self, pod: pods.Pod, c: pods.Container, grace: float) -> None:
         """SIGTERM the container's main process, SIGKILL everything of it after `grace`."""
         proc = c.proc
         if proc is None or proc.returncode is not None:
@@ -1684,16 +1457,16 @@ class Kubelet:
             async with asyncio.timeout(max(grace, 0)):
                 code = await proc.wait()
         except TimeoutError:
-            _kill_group(proc)
-            _kill_cgroup(c.cgroup)
+            processes.kill_group(proc)
+            cgroups.kill(c.cgroup)
             code = await proc.wait()
         await self._record_exit(pod, c, proc, code)
 
-    async def _terminate(self, pod: _Pod, grace: float) -> None:
+    async def _terminate(self, pod: pods.Pod, grace: float) -> None:
         """Main containers first, then sidecars in reverse order, within one grace period."""
         deadline = asyncio.get_running_loop().time() + grace
 
-        async def stop(group: Iterable[_Container], ordered: bool) -> None:
+        async def stop(group: Iterable[pods.Container], ordered: bool) -> None:
             running = [c for c in group if c.running]
             if ordered:
                 for c in running:
@@ -1714,16 +1487,16 @@ class Kubelet:
         )
         for c in pod.containers:
             proc = c.proc
-            _kill_cgroup(c.cgroup)
+            cgroups.kill(c.cgroup)
             if proc is not None:
-                _kill_group(proc)
+                processes.kill_group(proc)
                 await self._record_exit(pod, c, proc, await proc.wait())
             await api_client.cancel_tasks(c.probes)
             c.probes.clear()
             c.ready = False
             c.started = False
 
-    def _terminal_phase(self, pod: _Pod) -> str:
+    def _terminal_phase(self, pod: pods.Pod) -> str:
         for c in pod.main:
             terminated = c.state.get("terminated")
             if terminated is None or terminated.get("exitCode") != 0:
@@ -1732,7 +1505,7 @@ class Kubelet:
 
     # -- probes -----------------------------------------------------------------------------
 
-    async def _probe_loop(self, pod: _Pod, c: _Container, kind: str) -> None:
+    async def _probe_loop(self, pod: pods.Pod, c: pods.Container, kind: str) -> None:
         probe = c.spec[kind]
         period = float(probe.get("periodSeconds", 10))
         timeout = float(probe.get("timeoutSeconds", 1))
@@ -1756,7 +1529,7 @@ class Kubelet:
                     await self._sync_status(pod)
                     return
                 if failures >= need_failure:
-                    await self._kill_container(pod, c, _grace(pod))
+                    await self._kill_container(pod, c, pods.grace_period(pod))
                     return
             elif kind == "readinessProbe":
                 if ok and successes >= need_success and not c.ready:
@@ -1766,12 +1539,12 @@ class Kubelet:
                     c.ready = False
                     await self._sync_status(pod)
             elif not ok and failures >= need_failure:
-                await self._kill_container(pod, c, _grace(pod))
+                await self._kill_container(pod, c, pods.grace_period(pod))
                 return
             await asyncio.sleep(period)
 
     async def _probe_once(
-        self, pod: _Pod, c: _Container, probe: Mapping[str, Any], timeout: float
+        self, pod: pods.Pod, c: pods.Container, probe: Mapping[str, Any], timeout: float
     ) -> bool:
         try:
             if "exec" in probe:
@@ -1807,14 +1580,14 @@ class Kubelet:
         return False
 
     async def _exec_probe(
-        self, pod: _Pod, c: _Container, command: Sequence[str], timeout: float
+        self, pod: pods.Pod, c: pods.Container, command: Sequence[str], timeout: float
     ) -> bool:
         if pod.sandbox is None or not command:
             return False
         try:
             uid, gid, groups, no_new_privs = self._identity(pod, c)
             env = await self._environment(pod, c, uid)
-        except _ConfigError:
+        except pods.ConfigError:
             return False
         launch = {
             "argv": list(command),
@@ -1832,8 +1605,8 @@ class Kubelet:
             async with asyncio.timeout(timeout):
                 code = await proc.wait()
         except TimeoutError:
-            _kill_group(proc)
-            await _reap(proc)
+            processes.kill_group(proc)
+            await processes.reap(proc)
             return False
         finally:
             self._procs.discard(proc)
@@ -1841,12 +1614,12 @@ class Kubelet:
 
     # -- status -----------------------------------------------------------------------------
 
-    def _container_status(self, c: _Container) -> dict[str, Any]:
+    def _container_status(self, c: pods.Container) -> dict[str, Any]:
         image = str(c.spec.get("image", ""))
         status: dict[str, Any] = {
             "name": c.name,
             "image": image,
-            "imageID": _image_id(image) if c.container_id else "",
+            "imageID": pods.image_id(image) if c.container_id else "",
             "state": c.state,
             "lastState": c.last_state,
             "ready": c.ready,
@@ -1857,14 +1630,14 @@ class Kubelet:
             status["containerID"] = c.container_id
         return status
 
-    def _phase(self, pod: _Pod) -> str:
+    def _phase(self, pod: pods.Pod) -> str:
         if pod.final_phase is not None:
             return pod.final_phase
         if pod.initialized and any(c.runs for c in pod.main):
             return "Running"
         return "Pending"
 
-    def _pod_status(self, pod: _Pod) -> dict[str, Any]:
+    def _pod_status(self, pod: pods.Pod) -> dict[str, Any]:
         phase = self._phase(pod)
         terminal = phase in ("Succeeded", "Failed")
         unready = [c.name for c in pod.main if not c.ready]
@@ -1902,7 +1675,7 @@ class Kubelet:
             "PodScheduled": ("True", None, None),
         }
         conditions = []
-        now = _now()
+        now = pods.now()
         for kind, (value, reason, message) in own.items():
             previous = pod.transitions.get(kind)
             if previous is None or previous[0] != value:
@@ -1923,8 +1696,8 @@ class Kubelet:
         status: dict[str, Any] = {
             "phase": phase,
             "conditions": conditions,
-            "hostIP": HOST_IP,
-            "hostIPs": [{"ip": HOST_IP}],
+            "hostIP": pods.HOST_IP,
+            "hostIPs": [{"ip": pods.HOST_IP}],
             "startTime": pod.start_time,
             "containerStatuses": [
                 self._container_status(c) for c in sorted(pod.main, key=lambda c: c.name)
@@ -1941,7 +1714,7 @@ class Kubelet:
             status["message"] = pod.message
         return status
 
-    async def _sync_status(self, pod: _Pod) -> None:
+    async def _sync_status(self, pod: pods.Pod) -> None:
         """Write the Pod's status if it changed (through ``pods/{name}/status``)."""
         async with pod.lock:
             await self._gate()
@@ -1996,7 +1769,7 @@ def _host_path(source: Mapping[str, Any]) -> str:
     kind = source.get("type") or ""
     if not target.exists():
         if kind not in ("", "DirectoryOrCreate"):
-            raise _MountError(f"hostPath type check failed: {target} is not a {kind}")
+            raise pods.MountError(f"hostPath type check failed: {target} is not a {kind}")
         target.mkdir(parents=True, mode=0o755)
     return str(target)
 
@@ -2025,7 +1798,7 @@ def _volume_files(
             if item["key"] not in data:
                 if source.get("optional"):
                     continue
-                raise _MountError(
+                raise pods.MountError(
                     f"MountVolume.SetUp failed: couldn't find key {item['key']} in {owner}"
                 )
             files.append((item["path"], data[item["key"]], int(item.get("mode", default_mode))))
@@ -2033,7 +1806,7 @@ def _volume_files(
         files = [(key, value, default_mode) for key, value in data.items()]
     for relative, _, _ in files:
         if Path(relative).is_absolute() or ".." in Path(relative).parts:
-            raise _MountError(f"{kind} volume item path {relative!r} escapes the volume")
+            raise pods.MountError(f"{kind} volume item path {relative!r} escapes the volume")
     return files
 
 
@@ -2079,10 +1852,6 @@ def _write_files(folder: Path, files: Iterable[tuple[str, bytes, int]], fs_group
         os.chmod(target, mode)
 
 
-def _open_append(path: Path) -> Any:
-    return open(path, "ab")  # handed to a child process, closed by the caller
-
-
 def _outermost(paths: Iterable[str]) -> list[str]:
     """The paths that no other path of the list contains."""
     unique = sorted(set(paths), key=len)
@@ -2093,37 +1862,6 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     return kept
 
 
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime
-    except OSError:
-        return 0.0
-
-
-def _terminated(code: int, reason: str, message: str | None = None) -> dict[str, Any]:
-    now = _now()
-    state: dict[str, Any] = {
-        "exitCode": code,
-        "reason": reason,
-        "startedAt": now,
-        "finishedAt": now,
-    }
-    if message:
-        state["message"] = message
-    return {"terminated": state}
-
-
-def _image_id(image: str) -> str:
-    repository = image.rsplit("@", 1)[0]
-    if ":" in repository.rsplit("/", 1)[-1]:
-        repository = repository.rsplit(":", 1)[0]
-    return f"{repository}@sha256:{hashlib.sha256(image.encode()).hexdigest()}"
-
-
-def _grace(pod: _Pod) -> float:
-    return float(pod.spec.get("terminationGracePeriodSeconds", 30))
-
-
 def _port(spec: Mapping[str, Any], port: int | str) -> int:
     if isinstance(port, int) or str(port).isdigit():
         return int(port)
@@ -2131,51 +1869,6 @@ def _port(spec: Mapping[str, Any], port: int | str) -> int:
         if entry.get("name") == port:
             return int(entry["containerPort"])
     raise ValueError(f"no port named {port!r}")
-
-
-def _resource_field(spec: Mapping[str, Any], ref: Mapping[str, Any]) -> str:
-    kind, _, resource = str(ref.get("resource", "")).partition(".")
-    resources = (spec.get("resources") or {}).get(kind) or {}
-    value = resources.get(resource)
-    if value is None:
-        if resource == "memory":
-            return str(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-        return str(os.cpu_count() or 1)
-    divisor = parse_quantity(ref.get("divisor", "1"))
-    return str(int((parse_quantity(value) / divisor).to_integral_value(decimal.ROUND_CEILING)))
-
-
-def _kill_group(proc: asyncio.subprocess.Process) -> None:
-    # By pid, never proc.kill(): Popen.send_signal polls (waitpid) first and may reap the child
-    # before asyncio's child watcher does, which then reports exit code 255.
-    if proc.returncode is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(proc.pid, signal.SIGKILL)
-
-
-async def _reap(proc: asyncio.subprocess.Process, *, kill: bool = False) -> None:
-    if kill:
-        _kill_group(proc)
-    try:
-        async with asyncio.timeout(60):
-            await proc.wait()
-    except TimeoutError:
-        log.warning("process %d does not end", proc.pid)
-
-
-async def _read_all(fd: int) -> bytes:
-    """Read a pipe to its end without blocking the loop."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
-    )
-    try:
-        return await reader.read()
-    finally:
-        transport.close()
 
 
 async def _grpc_probe(host: str, port: int, service: str, timeout: float) -> bool:
@@ -2193,198 +1886,7 @@ async def _grpc_probe(host: str, port: int, service: str, timeout: float) -> boo
         return bool(answer.status == health_pb2.HealthCheckResponse.SERVING)
 
 
-def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.error("kubelet task %s failed", task.get_name(), exc_info=task.exception())
-
-
 # -- the scheduler --------------------------------------------------------------------------------
 
 
-class Scheduler:
-    """Binds each unbound Pod to a ready node through ``pods/{name}/binding``.
-
-    Nodes are chosen round-robin among those whose ``Ready`` condition is True, that are not
-    ``unschedulable``, whose labels match the Pod's ``nodeSelector`` and whose ``NoSchedule`` /
-    ``NoExecute`` taints the Pod tolerates. A Pod with no such node waits until one appears.
-    """
-
-    def __init__(self, api_url: str) -> None:
-        self.api_url = api_url
-        self._api = api_client.ApiServer(api_url)
-        self._pending: dict[str, dict[str, Any]] = {}
-        self._nodes: dict[str, dict[str, Any]] = {}
-        self._wake = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._turn = 0
-        self.bound: dict[str, str] = {}
-        """``namespace/name`` -> node, for every binding this scheduler made."""
-
-    async def __aenter__(self) -> Scheduler:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        await self.close()
-
-    async def start(self) -> None:
-        """Watch unbound Pods and Nodes, and bind."""
-        await self._api.open()
-        self._tasks = [
-            asyncio.create_task(
-                api_client.inform(
-                    self._api, "/api/v1/pods", {"fieldSelector": "spec.nodeName="}, self._pod
-                ),
-                name="scheduler pods",
-            ),
-            asyncio.create_task(
-                api_client.inform(self._api, "/api/v1/nodes", {}, self._node),
-                name="scheduler nodes",
-            ),
-            asyncio.create_task(self._loop(), name="scheduler"),
-        ]
-
-    async def close(self) -> None:
-        """Stop scheduling."""
-        await api_client.cancel_tasks(self._tasks)
-        self._tasks = []
-        await self._api.close()
-
-    async def _pod(self, kind: str, obj: dict[str, Any]) -> None:
-        uid = obj["metadata"]["uid"]
-        if kind == "DELETED" or obj["metadata"].get("deletionTimestamp"):
-            self._pending.pop(uid, None)
-        else:
-            self._pending[uid] = obj
-        self._wake.set()
-
-    async def _node(self, kind: str, obj: dict[str, Any]) -> None:
-        name = obj["metadata"]["name"]
-        if kind == "DELETED":
-            self._nodes.pop(name, None)
-        else:
-            self._nodes[name] = obj
-        self._wake.set()
-
-    def _fits(self, pod: Mapping[str, Any], node: Mapping[str, Any]) -> bool:
-        if condition(node, "Ready") != "True" or (node.get("spec") or {}).get("unschedulable"):
-            return False
-        spec = pod.get("spec") or {}
-        labels = node["metadata"].get("labels") or {}
-        if any(labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-            return False
-        tolerations = spec.get("tolerations") or ()
-        for taint in (node.get("spec") or {}).get("taints") or ():
-            if taint.get("effect") not in ("NoSchedule", "NoExecute"):
-                continue
-            if not any(_tolerates(t, taint) for t in tolerations):
-                return False
-        return True
-
-    async def _loop(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            for uid, pod in list(self._pending.items()):
-                nodes = sorted(n for n, node in self._nodes.items() if self._fits(pod, node))
-                if not nodes:
-                    continue
-                node = nodes[self._turn % len(nodes)]
-                self._turn += 1
-                meta = pod["metadata"]
-                try:
-                    await self._api.call(
-                        "POST",
-                        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
-                        body={
-                            "apiVersion": "v1",
-                            "kind": "Binding",
-                            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-                            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-                        },
-                    )
-                    self.bound[f"{meta['namespace']}/{meta['name']}"] = node
-                except api_client.ApiStatusError as exc:
-                    if exc.code not in (404, 409):
-                        log.warning("cannot bind %s to %s: %s", meta["name"], node, exc)
-                        self._wake.set()
-                        await asyncio.sleep(0.5)
-                        continue
-                self._pending.pop(uid, None)
-
-
-def _tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint.get("key")
-    return toleration.get("key") == taint.get("key") and toleration.get("value", "") == taint.get(
-        "value", ""
-    )
-
-
-@dataclasses.dataclass
-class Cluster:
-    """A scheduler and kubelets for an emulator (see `cluster`)."""
-
-    scheduler: Scheduler
-    kubelets: dict[str, Kubelet]
-
-
-@contextlib.asynccontextmanager
-async def cluster(
-    emulator: Any,
-    *,
-    nodes: Sequence[str] = ("node-1",),
-    root: str | os.PathLike[str] | None = None,
-    **options: Any,
-) -> AsyncIterator[Cluster]:
-    """A scheduler and one kubelet per node for an emulator, for demos and benchmarks.
-
-    Args:
-        emulator: A started `tests.support.kube.apiserver.emulator.K8sEmulator`; its
-            ``hold_deletions`` is set, so gracefully deleted Pods wait for their kubelet.
-        nodes: The node names.
-        root: A folder for the kubelets' folders (one per node inside); temporary when None.
-        **options: Passed to each `Kubelet`.
-
-    Yields:
-        The `Cluster`; everything is stopped and cleaned up on exit.
-    """
-    emulator.hold_deletions = True
-    async with contextlib.AsyncExitStack() as stack:
-        scheduler = await stack.enter_async_context(Scheduler(emulator.url))
-        kubelets = {}
-        for name in nodes:
-            folder = Path(root) / name if root is not None else None
-            kubelets[name] = await stack.enter_async_context(
-                Kubelet(emulator.url, name, root=folder, **options)
-            )
-        yield Cluster(scheduler, kubelets)
-
-
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest_asyncio.fixture
-async def kube_scheduler(k8s_emulator: Any) -> AsyncIterator[Scheduler]:
-    """A `Scheduler` for the test's emulator."""
-    async with Scheduler(k8s_emulator.url) as scheduler:
-        yield scheduler
-
-
-@pytest_asyncio.fixture
-async def kubelet(
-    k8s_emulator: Any, kube_scheduler: Scheduler, tmp_path: Path
-) -> AsyncIterator[Kubelet]:
-    """A started `Kubelet` for node ``node-1`` of the test's emulator, with a scheduler.
-
-    The emulator keeps gracefully deleted Pods Terminating until the kubelet finishes them
-    (``hold_deletions``), as a real API server does for Pods bound to a node. Restart back-off
-    is 1 s doubling to 10 s (the kubelet's: 10 s to 300 s).
-    """
-    k8s_emulator.hold_deletions = True
-    async with Kubelet(
-        k8s_emulator.url, "node-1", root=tmp_path / "kubelet", backoff=(1.0, 10.0)
-    ) as node:
-        yield node
