@@ -141,14 +141,14 @@ class ApiServer:
         self.created: collections.Counter[str] = collections.Counter()
         """Pod name -> how many times a Pod of that name was stored anew (a creation the API
         server refused as a conflict is not one)."""
-        put = self.k8s._put
+        put = self.k8s.store.put
 
         def counting_put(resource: str, old: Any, body: dict[str, Any]) -> Any:
             if resource == "pods" and old is None:
                 self.created[body["metadata"]["name"]] += 1
             return put(resource, old, body)
 
-        self.k8s._put = counting_put  # type: ignore[method-assign]
+        self.k8s.store.put = counting_put  # type: ignore[method-assign]
 
     async def __aenter__(self) -> ApiServer:
         self._thread.start()
