@@ -30,7 +30,7 @@ from kubernetes_asyncio import client
 
 from tests.support.kube import kubectl
 from tests.support.kube.apiserver.emulator import K8sEmulator
-from tests.support.kube.network import portforward
+from tests.support.kube.network import portforward, spdy
 from tests.support.ports import MIN_DEADLINE_S, eventually, free_port
 
 NAMESPACE = "forwarding"
@@ -421,8 +421,8 @@ class SpdyClient:
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
         self.ws = ws
-        self._deflate = zlib.compressobj(zdict=portforward.HEADER_DICTIONARY)
-        self._inflate = zlib.decompressobj(zdict=portforward.HEADER_DICTIONARY)
+        self._deflate = zlib.compressobj(zdict=spdy.HEADER_DICTIONARY)
+        self._inflate = zlib.decompressobj(zdict=spdy.HEADER_DICTIONARY)
         self._buffer = b""
 
     async def control(self, kind: int, payload: bytes) -> None:
@@ -521,5 +521,5 @@ async def test_other_websocket_subprotocols_are_refused_with_a_status(cluster: C
 def test_the_header_dictionary_is_the_spdy3_one() -> None:
     """Header blocks only decompress with the exact SPDY/3 dictionary: its length and the
     Adler-32 checksum zlib streams name it by."""
-    assert len(portforward.HEADER_DICTIONARY) == 1423
-    assert zlib.adler32(portforward.HEADER_DICTIONARY) == 0xE3C6A7C2
+    assert len(spdy.HEADER_DICTIONARY) == 1423
+    assert zlib.adler32(spdy.HEADER_DICTIONARY) == 0xE3C6A7C2

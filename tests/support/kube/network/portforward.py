@@ -46,13 +46,13 @@ import contextlib
 import dataclasses
 import logging
 import struct
-import zlib
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
 
-from aiohttp import WSMsgType, hdrs, web
+from aiohttp import hdrs, web
 
-__all__ = ["HEADER_DICTIONARY", "PROTOCOL", "WEBSOCKET_PROTOCOL", "Dial", "serve"]
+from tests.support.kube.network import spdy
+
+__all__ = ["PROTOCOL", "WEBSOCKET_PROTOCOL", "Dial", "serve"]
 
 PROTOCOL = "portforward.k8s.io"
 """The port-forward protocol kubectl asks for (``X-Stream-Protocol-Version`` over SPDY)."""
@@ -65,55 +65,12 @@ Dial = Callable[[int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWrite
 
 log = logging.getLogger(__name__)
 
-# The SPDY/3 header dictionary (draft 3, section 2.6.10.1): header names and values, each with
-# its length before it, then a run of common value fragments.
-_DICTIONARY_WORDS = (
-    "options,head,post,put,delete,trace,accept,accept-charset,accept-encoding,accept-language,"
-    "accept-ranges,age,allow,authorization,cache-control,connection,content-base,"
-    "content-encoding,content-language,content-length,content-location,content-md5,"
-    "content-range,content-type,date,etag,expect,expires,from,host,if-match,if-modified-since,"
-    "if-none-match,if-range,if-unmodified-since,last-modified,location,max-forwards,pragma,"
-    "proxy-authenticate,proxy-authorization,range,referer,retry-after,server,te,trailer,"
-    "transfer-encoding,upgrade,user-agent,vary,via,warning,www-authenticate,method,get,status,"
-    "200 OK,version,HTTP/1.1,url,public,set-cookie,keep-alive,origin"
-)
-_DICTIONARY_FRAGMENTS = (
-    "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
-    "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request"
-    "401 Unauthorized403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented"
-    "503 Service UnavailableJan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 "
-    "Mon, Tue, Wed, Thu, Fri, Sat, Sun, GMTchunked,text/html,image/png,image/jpg,image/gif,"
-    "application/xml,application/xhtml+xml,text/plain,text/javascript,publicprivatemax-age="
-    "gzip,deflate,sdchcharset=utf-8charset=iso-8859-1,utf-,*,enq=0."
-)
-HEADER_DICTIONARY = (
-    b"".join(struct.pack(">I", len(word)) + word.encode() for word in _DICTIONARY_WORDS.split(","))
-    + _DICTIONARY_FRAGMENTS.encode()
-)
 """The zlib dictionary of SPDY/3 header blocks (1423 bytes, Adler-32 ``0xe3c6a7c2``)."""
 
-_VERSION = 3
-# Control frame types.
-_SYN_STREAM = 1
-_SYN_REPLY = 2
-_RST_STREAM = 3
-_SETTINGS = 4
-_PING = 6
-_GOAWAY = 7
-_HEADERS = 8
-_WINDOW_UPDATE = 9
-# Flags.
-_FIN = 0x01
-_UNIDIRECTIONAL = 0x02
-# RST_STREAM and GOAWAY status codes.
-_RST_PROTOCOL_ERROR = 1
-_RST_REFUSED_STREAM = 3
-_GOAWAY_PROTOCOL_ERROR = 1
 
 _CHUNK = 32 * 1024
 """The most bytes read from the Pod for one data frame."""
 
-_MAX_MESSAGE = 2**24 + 16
 """The largest WebSocket message taken: one SPDY frame of the largest length and its header."""
 
 
@@ -135,7 +92,7 @@ async def serve(request: web.Request, dial: Dial) -> web.StreamResponse:
         for protocol in value.split(",")
     ]
     ws = web.WebSocketResponse(
-        protocols=(WEBSOCKET_PROTOCOL,), compress=False, max_msg_size=_MAX_MESSAGE
+        protocols=(WEBSOCKET_PROTOCOL,), compress=False, max_msg_size=spdy.MAX_MESSAGE
     )
     if WEBSOCKET_PROTOCOL not in offered or not ws.can_prepare(request).ok:
         return _refusal(
@@ -143,7 +100,7 @@ async def serve(request: web.Request, dial: Dial) -> web.StreamResponse:
             f"ports through {WEBSOCKET_PROTOCOL} only"
         )
     await ws.prepare(request)
-    await _Session(_WebSocketChannel(ws), dial, pod).run()
+    await _Session(spdy.WebSocketChannel(ws), dial, pod).run()
     return ws
 
 
@@ -164,148 +121,7 @@ def _refusal(message: str) -> web.Response:
 # -- the byte stream under SPDY ----------------------------------------------------------------
 
 
-class _Channel(Protocol):
-    """A bidirectional byte stream to the client."""
-
-    async def read(self) -> bytes:
-        """The next bytes from the client, or ``b""`` once it has gone."""
-
-    async def write(self, data: bytes) -> None:
-        """Send bytes to the client; ConnectionError once it has gone."""
-
-    async def close(self) -> None:
-        """End the stream (idempotent)."""
-
-
-class _WebSocketChannel:
-    """The SPDY byte stream carried by binary WebSocket messages."""
-
-    def __init__(self, ws: web.WebSocketResponse) -> None:
-        self._ws = ws
-        self._ended = False
-
-    async def read(self) -> bytes:
-        while not self._ended:
-            message = await self._ws.receive()
-            if message.type is WSMsgType.BINARY:
-                data: bytes = message.data
-                if data:
-                    return data
-                continue
-            if message.type is WSMsgType.TEXT:
-                log.warning("port-forward: a text message in the SPDY tunnel; closing it")
-            self._ended = True  # CLOSE, CLOSING, CLOSED, ERROR (or TEXT): no more bytes
-        return b""
-
-    async def write(self, data: bytes) -> None:
-        if self._ws.closed:
-            raise ConnectionResetError("the WebSocket is closed")
-        await self._ws.send_bytes(data)  # ClientConnectionResetError is a ConnectionError
-
-    async def close(self) -> None:
-        self._ended = True
-        await self._ws.close()
-
-
-class _ByteReader:
-    """Exact-length reads over a channel's arbitrarily cut chunks."""
-
-    def __init__(self, channel: _Channel) -> None:
-        self._channel = channel
-        self._buffer = bytearray()
-
-    async def exactly(self, size: int) -> bytes | None:
-        """The next `size` bytes, or None if the stream ends first."""
-        while len(self._buffer) < size:
-            chunk = await self._channel.read()
-            if not chunk:
-                return None
-            self._buffer += chunk
-        data = bytes(self._buffer[:size])
-        del self._buffer[:size]
-        return data
-
-
 # -- SPDY/3.1 framing ---------------------------------------------------------------------------
-
-
-class _ProtocolError(Exception):
-    """The client broke SPDY/3.1: the session ends with GOAWAY(PROTOCOL_ERROR)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class _ControlFrame:
-    kind: int
-    flags: int
-    payload: bytes
-
-
-@dataclasses.dataclass(frozen=True)
-class _DataFrame:
-    stream_id: int
-    flags: int
-    data: bytes
-
-
-async def _read_frame(reader: _ByteReader) -> _ControlFrame | _DataFrame | None:
-    """The next frame, or None when the stream ends (mid-frame included)."""
-    head = await reader.exactly(8)
-    if head is None:
-        return None
-    first, second = struct.unpack(">II", head)
-    flags, length = second >> 24, second & 0xFFFFFF
-    payload = await reader.exactly(length) if length else b""
-    if payload is None:
-        return None
-    if first & 0x8000_0000:
-        return _ControlFrame(kind=first & 0xFFFF, flags=flags, payload=payload)
-    return _DataFrame(stream_id=first & 0x7FFF_FFFF, flags=flags, data=payload)
-
-
-def _control(kind: int, flags: int, payload: bytes) -> bytes:
-    return struct.pack(">HHI", 0x8000 | _VERSION, kind, flags << 24 | len(payload)) + payload
-
-
-def _data(stream_id: int, flags: int, data: bytes) -> bytes:
-    return struct.pack(">II", stream_id, flags << 24 | len(data)) + data
-
-
-class _HeaderCodec:
-    """SPDY/3 header blocks: zlib streams with the SPDY dictionary, one per direction."""
-
-    def __init__(self) -> None:
-        self._inflate = zlib.decompressobj(zdict=HEADER_DICTIONARY)
-        self._deflate = zlib.compressobj(zdict=HEADER_DICTIONARY)
-
-    def decode(self, block: bytes) -> dict[str, list[str]]:
-        """A received block's headers (lower-case names; NUL-separated values split)."""
-        try:
-            raw = self._inflate.decompress(block)
-            (count,) = struct.unpack_from(">I", raw)
-            offset, headers = 4, {}
-            for _ in range(count):
-                name, offset = _string(raw, offset)
-                value, offset = _string(raw, offset)
-                headers[name.lower()] = value.split("\0")
-        except (zlib.error, struct.error, UnicodeDecodeError) as exc:
-            raise _ProtocolError(f"bad header block: {exc}") from exc
-        return headers
-
-    def encode(self, headers: Mapping[str, str]) -> bytes:
-        """A block to send; blocks must be sent in the order they are encoded."""
-        raw = struct.pack(">I", len(headers)) + b"".join(
-            struct.pack(">I", len(n)) + n + struct.pack(">I", len(v)) + v
-            for n, v in ((k.lower().encode(), v.encode()) for k, v in headers.items())
-        )
-        return self._deflate.compress(raw) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
-
-
-def _string(raw: bytes, offset: int) -> tuple[str, int]:
-    (length,) = struct.unpack_from(">I", raw, offset)
-    end = offset + 4 + length
-    if end > len(raw):
-        raise struct.error("a header string runs past its block")
-    return raw[offset + 4 : end].decode(), end
 
 
 # -- port forwarding ----------------------------------------------------------------------------
@@ -387,12 +203,12 @@ class _Forward:
 class _Session:
     """One client's SPDY connection: its streams, their Pod connections and tasks."""
 
-    def __init__(self, channel: _Channel, dial: Dial, pod: str) -> None:
+    def __init__(self, channel: spdy.Channel, dial: Dial, pod: str) -> None:
         self._channel = channel
         self._dial = dial
         self._pod = pod
-        self._reader = _ByteReader(channel)
-        self._codec = _HeaderCodec()
+        self._reader = spdy.ByteReader(channel)
+        self._codec = spdy.HeaderCodec()
         self._write_lock = asyncio.Lock()
         self._streams: dict[int, _Stream] = {}
         self._forwards: dict[str, _Forward] = {}
@@ -404,16 +220,16 @@ class _Session:
     async def run(self) -> None:
         """Read the client's frames until it goes away, then close everything."""
         try:
-            while (frame := await _read_frame(self._reader)) is not None:
-                if isinstance(frame, _DataFrame):
+            while (frame := await spdy.read_frame(self._reader)) is not None:
+                if isinstance(frame, spdy.DataFrame):
                     await self._on_data(frame)
                 else:
                     await self._on_control(frame)
-        except _ProtocolError as exc:
+        except spdy.ProtocolError as exc:
             log.warning("port-forward to %s: %s; going away", self._pod, exc)
-            goaway = struct.pack(">II", self._last_stream_id, _GOAWAY_PROTOCOL_ERROR)
+            goaway = struct.pack(">II", self._last_stream_id, spdy.GOAWAY_PROTOCOL_ERROR)
             with contextlib.suppress(ConnectionError):
-                await self._send(_control(_GOAWAY, 0, goaway))
+                await self._send(spdy.control(spdy.GOAWAY, 0, goaway))
         except ConnectionError:
             pass  # the client went away while being answered
         finally:
@@ -431,40 +247,40 @@ class _Session:
 
     # -- frames from the client ----------------------------------------------------------------
 
-    async def _on_control(self, frame: _ControlFrame) -> None:
+    async def _on_control(self, frame: spdy.ControlFrame) -> None:
         payload = frame.payload
-        if frame.kind == _SYN_STREAM:
+        if frame.kind == spdy.SYN_STREAM:
             await self._on_syn_stream(frame.flags, payload)
-        elif frame.kind in (_SYN_REPLY, _HEADERS):
+        elif frame.kind in (spdy.SYN_REPLY, spdy.HEADERS):
             # Nothing to act on, but the block is decoded: it moves the shared zlib stream.
-            stream_id = _stream_id(payload)
+            stream_id = spdy.stream_id(payload)
             self._codec.decode(payload[4:])
-            if frame.flags & _FIN:
+            if frame.flags & spdy.FIN:
                 self._on_client_fin(stream_id)
-        elif frame.kind == _RST_STREAM:
-            self._on_reset(_stream_id(payload))
-        elif frame.kind == _PING:
+        elif frame.kind == spdy.RST_STREAM:
+            self._on_reset(spdy.stream_id(payload))
+        elif frame.kind == spdy.PING:
             if len(payload) != 4:
-                raise _ProtocolError("a PING frame is 4 bytes long")
+                raise spdy.ProtocolError("a PING frame is 4 bytes long")
             if struct.unpack(">I", payload)[0] & 1:  # the client's own: echo it
-                await self._send(_control(_PING, 0, payload))
-        elif frame.kind == _GOAWAY:
+                await self._send(spdy.control(spdy.PING, 0, payload))
+        elif frame.kind == spdy.GOAWAY:
             self._going_away = True
         # SETTINGS, WINDOW_UPDATE (no flow control here) and unknown types are ignored.
 
     async def _on_syn_stream(self, flags: int, payload: bytes) -> None:
         if len(payload) < 10:
-            raise _ProtocolError("a SYN_STREAM frame is at least 10 bytes long")
-        stream_id = _stream_id(payload)
+            raise spdy.ProtocolError("a SYN_STREAM frame is at least 10 bytes long")
+        stream_id = spdy.stream_id(payload)
         headers = self._codec.decode(payload[10:])
         if stream_id % 2 == 0 or stream_id <= self._last_stream_id:
-            await self._send_reset(stream_id, _RST_PROTOCOL_ERROR)
+            await self._send_reset(stream_id, spdy.RST_PROTOCOL_ERROR)
             return
         self._last_stream_id = stream_id
         kind = _first(headers, "streamtype")
         if self._going_away or kind not in ("error", "data"):
             await self._send_reset(
-                stream_id, _RST_REFUSED_STREAM if self._going_away else _RST_PROTOCOL_ERROR
+                stream_id, spdy.RST_REFUSED_STREAM if self._going_away else spdy.RST_PROTOCOL_ERROR
             )
             return
         # Clients older than the requestID header open the error stream, then the data
@@ -474,15 +290,15 @@ class _Session:
         )
         forward = self._forwards.setdefault(request_id, _Forward(request_id))
         if getattr(forward, kind) is not None:
-            await self._send_reset(stream_id, _RST_PROTOCOL_ERROR)  # a second stream of a kind
+            await self._send_reset(stream_id, spdy.RST_PROTOCOL_ERROR)  # a second stream of a kind
             return
         stream = _Stream(stream_id, kind, forward)
         setattr(forward, kind, stream)
         self._streams[stream_id] = stream
         if kind == "data":
             forward.port = _first(headers, "port")
-        await self._send_headers(_SYN_REPLY, stream_id, {})
-        if flags & (_FIN | _UNIDIRECTIONAL):
+        await self._send_headers(spdy.SYN_REPLY, stream_id, {})
+        if flags & (spdy.FIN | spdy.UNIDIRECTIONAL):
             self._on_client_fin(stream_id)
         if forward.error is not None and forward.data is not None:
             task = asyncio.create_task(
@@ -491,13 +307,13 @@ class _Session:
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
 
-    async def _on_data(self, frame: _DataFrame) -> None:
+    async def _on_data(self, frame: spdy.DataFrame) -> None:
         stream = self._streams.get(frame.stream_id)
         if stream is None:
             return  # a stream already ended (or never opened): dropped, as spdystream does
         if stream.kind == "data" and frame.data:
             await stream.forward.from_client(frame.data)
-        if frame.flags & _FIN:
+        if frame.flags & spdy.FIN:
             self._on_client_fin(frame.stream_id)
 
     def _on_client_fin(self, stream_id: int) -> None:
@@ -580,25 +396,19 @@ class _Session:
             if self._closed:
                 raise ConnectionResetError("the port-forward session has ended")
             block = self._codec.encode(headers)
-            await self._channel.write(_control(kind, 0, struct.pack(">I", stream_id) + block))
+            await self._channel.write(spdy.control(kind, 0, struct.pack(">I", stream_id) + block))
 
     async def _send_reset(self, stream_id: int, status: int) -> None:
-        await self._send(_control(_RST_STREAM, 0, struct.pack(">II", stream_id, status)))
+        await self._send(spdy.control(spdy.RST_STREAM, 0, struct.pack(">II", stream_id, status)))
 
     async def _send_data(self, stream: _Stream, data: bytes) -> None:
         if not (stream.reset or stream.fin_sent):
-            await self._send(_data(stream.id, 0, data))
+            await self._send(spdy.data(stream.id, 0, data))
 
     async def _send_fin(self, stream: _Stream) -> None:
         if not (stream.reset or stream.fin_sent):
             stream.fin_sent = True
-            await self._send(_data(stream.id, _FIN, b""))
-
-
-def _stream_id(payload: bytes) -> int:
-    if len(payload) < 4:
-        raise _ProtocolError("a frame too short for its stream ID")
-    return int(struct.unpack_from(">I", payload)[0]) & 0x7FFF_FFFF
+            await self._send(spdy.data(stream.id, spdy.FIN, b""))
 
 
 def _first(headers: Mapping[str, list[str]], name: str) -> str:
