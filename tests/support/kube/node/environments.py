@@ -103,7 +103,7 @@ class Environments:
         then ``env``, then the image's defaults for what neither set.
 
         Raises:
-            _ConfigError: A Secret or ConfigMap (or one of its keys) that is not optional is
+            pods.ConfigError: A Secret or ConfigMap (or one of its keys) that is not optional is
                 missing, or a reference is not supported.
         """
         cache: dict[tuple[str, str], dict[str, str] | None] = {}

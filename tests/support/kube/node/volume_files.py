@@ -46,7 +46,7 @@ def object_files(
         owner: The object, for errors ("Secret ns/name").
 
     Raises:
-        _MountError: An item's key is missing (and the source is not optional), or a path is
+        pods.MountError: An item's key is missing (and the source is not optional), or a path is
             absolute or leaves the volume.
     """
     default_mode = int(source.get("defaultMode", 0o644))

@@ -170,12 +170,12 @@ class Volumes:
     async def write_object_volume(
         self, pod: pods.Pod, kind: str, source: Mapping[str, Any], folder: Path, fs_group: Any
     ) -> None:
-        """Write a ``secret`` or ``configMap`` volume's files (see `_volume_files`): a Secret's
-        ``data`` decoded from base64; a ConfigMap's ``data`` as UTF-8 text and its
+        """Write a ``secret`` or ``configMap`` volume's files (see `volume_files.object_files`):
+        a Secret's ``data`` decoded from base64; a ConfigMap's ``data`` as UTF-8 text and its
         ``binaryData`` decoded from base64.
 
         Raises:
-            _MountError: The object (or an item's key) is missing and not optional.
+            pods.MountError: The object (or an item's key) is missing and not optional.
         """
         resource, name_field, singular, title = volume_files.OBJECT_SOURCES[kind]
         name = source.get(name_field, "")
@@ -202,10 +202,10 @@ class Volumes:
     ) -> Path:
         """The folder of a ``persistentVolumeClaim`` volume (`claim_path`), made on first use
         (mode 0777) and kept when the Pod goes; with ``fsGroup``, its files are given to that
-        group (see `_set_volume_ownership`).
+        group (see `volume_files.give_to_group`).
 
         Raises:
-            _MountError: The claim does not exist in the Pod's namespace or is being deleted.
+            pods.MountError: The claim does not exist in the Pod's namespace or is being deleted.
         """
         name = str(source.get("claimName", ""))
         if not name or "/" in name or name in (".", ".."):
