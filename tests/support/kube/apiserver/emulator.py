@@ -81,12 +81,12 @@ from tests.support.kube.apiserver import (
     kinds,
     listing,
     patching,
+    pod_subresources,
     selectors,
     store,
     watches,
 )
 from tests.support.kube.apiserver import events as k8s_events
-from tests.support.kube.network import portforward
 
 
 class K8sEmulator:
@@ -467,7 +467,9 @@ class K8sEmulator:
                 self.authorizer.authorize(request, verb, path, namespace, name)
             if sub == "log" and resource == "pods" and verb == "get":
                 self._count("get pods/log")
-                return await self._log(request, self.store.entry(resource, namespace, name))
+                return await pod_subresources.log(
+                    self.store, request, self.store.entry(resource, namespace, name)
+                )
             if sub == "token" and resource == "serviceaccounts" and request.method == "POST":
                 self._count("create serviceaccounts/token")
                 return errors.json_response(
@@ -475,7 +477,7 @@ class K8sEmulator:
                 )
             if sub == "portforward" and resource == "pods" and request.method in ("GET", "POST"):
                 self._count("create pods/portforward")
-                return await self._port_forward(
+                return await pod_subresources.port_forward(
                     request, self.store.entry(resource, namespace, name)
                 )
             if verb is None or sub not in (None, "status", "binding", "scale"):
@@ -580,69 +582,6 @@ class K8sEmulator:
             )
         except errors.ApiError as exc:
             return errors.status_response(exc)
-
-    async def _port_forward(self, request: web.Request, entry: watches.Entry) -> web.StreamResponse:
-        """``pods/NAME/portforward``: streams to the Pod's ports at its ``status.podIP``, as the
-        API server does through the kubelet (`tests.support.kube.network.portforward`)."""
-        status = entry.obj.get("status") or {}
-        if status.get("phase") != "Running" or not status.get("podIP"):
-            name = entry.obj["metadata"]["name"]
-            raise errors.ApiError(
-                400,
-                f"unable to upgrade connection: pod {name} is not running: "
-                f"{status.get('phase') or 'Pending'}",
-            )
-        address = status["podIP"]
-
-        async def dial(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            return await asyncio.open_connection(address, port)
-
-        return await portforward.serve(request, dial)
-
-    async def _log(self, request: web.Request, entry: watches.Entry) -> web.Response:
-        """``pods/NAME/log``: the container's log, fetched from the kubelet of the Pod's node
-        (its InternalIP and kubelet endpoint port, as the API server does)."""
-        pod = entry.obj
-        name = pod["metadata"]["name"]
-        spec = pod.get("spec") or {}
-        containers = [c["name"] for c in spec.get("containers") or ()]
-        inits = [c["name"] for c in spec.get("initContainers") or ()]
-        container = request.query.get("container")
-        if not container:
-            if len(containers) != 1 or inits:
-                more = f" or one of the init containers: [{' '.join(inits)}]" if inits else ""
-                raise errors.ApiError(
-                    400,
-                    f"a container name must be specified for pod {name}, choose one of: "
-                    f"[{' '.join(containers)}]{more}",
-                )
-            container = containers[0]
-        if container not in containers + inits:
-            raise errors.ApiError(400, f"container {container} is not valid for pod {name}")
-        node = self.get("nodes", spec["nodeName"]) if spec.get("nodeName") else None
-        if node is None:
-            raise errors.ApiError(400, f"pod {name} does not have a host assigned")
-        status = node.get("status") or {}
-        port = ((status.get("daemonEndpoints") or {}).get("kubeletEndpoint") or {}).get("Port")
-        address = next(
-            (a["address"] for a in status.get("addresses") or () if a.get("type") == "InternalIP"),
-            None,
-        )
-        url = f"http://{address}:{port}/containerLogs/{pod['metadata']['namespace']}/{name}/"
-        params = {k: v for k, v in request.query.items() if k in ("previous", "tailLines")}
-        try:
-            async with (
-                aiohttp.ClientSession() as session,
-                session.get(url + container, params=params) as answer,
-            ):
-                text = await answer.text()
-                if answer.status != 200:
-                    raise errors.ApiError(400, text)
-        except aiohttp.ClientError as exc:
-            raise errors.ApiError(
-                500, f'Get "{url}{container}": the kubelet does not answer ({exc})'
-            ) from exc
-        return web.Response(text=text, content_type="text/plain")
 
     async def _scale(
         self, request: web.Request, resource: str, entry: watches.Entry, verb: str
