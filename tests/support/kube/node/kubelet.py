@@ -105,8 +105,6 @@ class Kubelet:
                 network (podIP 127.0.0.1).
         """
         self.api_url = api_url
-        self.backoff = backoff
-        self.config_retry = config_retry
         self.heartbeat = heartbeat
         self._given_root = Path(root) if root is not None else None
         self._created_root = False
@@ -151,6 +149,16 @@ class Kubelet:
         self._closed = False
         self._log_server: web.AppRunner | None = None
         self._informer: asyncio.Task[None] | None = None
+
+    @property
+    def backoff(self) -> tuple[float, float]:
+        """First and longest restart back-off in seconds."""
+        return self._pod_lifecycle.backoff
+
+    @property
+    def config_retry(self) -> float:
+        """Seconds between tries to configure a container or set up a Pod's volumes."""
+        return self._pod_lifecycle.config_retry
 
     @property
     def node_name(self) -> str:
