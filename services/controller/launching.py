@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 
 from services.common import logs
-from services.controller import releasing, replacing, witnesses
+from services.controller import pod_identities, releasing, replacing, witnesses
 from services.controller.pods import runtime as pods
 from services.controller.state import reading, records, transitions
 
@@ -46,7 +46,10 @@ def launch_spec(
         command=ctx.entry_point or tuple(config.command),
         worker_credential=replacing.worker_token(ctx.grant_key, execution),
         env=env,
-        annotations=witnesses.pod_annotations(execution),
+        annotations={
+            **witnesses.pod_annotations(execution),
+            **pod_identities.pod_annotations(execution, ctx.writer.lease.epoch or 0),
+        },
     )
 
 

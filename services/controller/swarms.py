@@ -20,7 +20,8 @@ import jsonschema
 import yaml
 
 from services.common import directives, errors, logs, tokens
-from services.controller import launching, replacing
+from services.controller import launching, pod_identities, replacing
+from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, records
 
 log = logging.getLogger("services.controller.swarms")
@@ -155,6 +156,30 @@ def parse(document: str | Mapping[str, Any]) -> SwarmDocument:
     return SwarmDocument(config, masters, accounts, seats)
 
 
+async def _running_identities(ctx: replacing.Context) -> dict[str, pod_identities.Identity]:
+    """The identity each running worker of the swarm carries, by execution id (none when the
+    swarm has no workers: a new swarm)."""
+    found: dict[str, pod_identities.Identity] = {}
+    try:
+        listed = await ctx.runtime.list_attempts(ctx.swarm)
+    except pods.PodsError as exc:
+        # The apply goes on (launches wait for the runtime as always); a worker running from
+        # before a loss of the records would then hold a credential the new records do not.
+        logs.event(
+            log,
+            "workers_unlisted",
+            logging.WARNING,
+            swarm=ctx.swarm,
+            exception=type(exc).__name__,
+        )
+        return found
+    for attempt in listed:
+        identity = pod_identities.read(attempt.identity)
+        if identity is not None and attempt.alive and not attempt.departed:
+            found[attempt.execution_id] = identity
+    return found
+
+
 async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
     """Declare or update the swarm under the lease, then launch each new seat's first attempt.
 
@@ -168,6 +193,7 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
     now = ctx.writer.clock()
     seats: list[dict[str, Any]] = []
     task_keys: list[str] = []
+    running = await _running_identities(ctx)
     for order, spec in enumerate(document.seats):
         existing = await reading.seat(ctx.client, ctx.swarm, spec.seat)
         if existing is not None and existing.task_id != spec.task_id:
@@ -186,6 +212,10 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
             legacy_spawn=spec.legacy_spawn,
             now=now,
         )
+        if existing is None and (identity := running.get(first.execution_id)) is not None:
+            # Its records were lost while its first attempt runs: the attempt keeps the
+            # credential and grants its worker holds, so they still answer (`pod_identities`).
+            first = identity.token_ids.applied_to(first)
         seats.append(
             {
                 "seat": spec.seat,

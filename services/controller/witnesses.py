@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from services.common import directives
+from services.controller import pod_identities
 from services.controller.pods import runtime as pods
 from services.controller.state import records
 
@@ -86,12 +87,7 @@ def to_json(execution: records.Execution) -> dict[str, Any]:
         "admitted_at": execution.admitted_at,
         "image": execution.image,
         "account": execution.account,
-        "token_ids": {
-            "credential": execution.credential_id,
-            "credential_issued_at": execution.credential_issued_at,
-            "capture_grant": execution.capture_grant_id,
-            **({"restore_grant": execution.restore_grant_id} if execution.restore_grant_id else {}),
-        },
+        "token_ids": pod_identities.TokenIds.of(execution).to_json(),
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -122,10 +118,10 @@ def _execution(raw: Mapping[str, Any]) -> records.Execution:
     fence, replaces, task, ids = raw["fence"], raw["replaces"], raw["task"], raw["token_ids"]
     directive = directives.checked(
         directives.Directive(
-            checkpoint_id=_text(raw.get("checkpoint_id")),
+            checkpoint_id=pod_identities.text(raw.get("checkpoint_id")),
             recovery=directives.Continuity(raw["continuity"]),
-            session_id=_text(raw.get("session_id")),
-            watermark=_number(raw.get("watermark")),
+            session_id=pod_identities.text(raw.get("session_id")),
+            watermark=pod_identities.number(raw.get("watermark")),
         )
     )
     admission = records.Admitted.from_json(
@@ -143,65 +139,38 @@ def _execution(raw: Mapping[str, Any]) -> records.Execution:
             "final_capture": fence.get("final_capture") is True,
         }
     )
-    generation = _required_number(raw["generation"])
-    replaced = _required_number(replaces["generation"])
+    generation = pod_identities.required_number(raw["generation"])
+    replaced = pod_identities.required_number(replaces["generation"])
     if generation < 2 or replaced != generation - 1:
         raise ValueError("a replacement follows the generation it replaces")
-    return records.Execution(
-        execution_id=records.ExecutionId(_required_text(raw["execution_id"])),
-        swarm=_required_text(raw["swarm"]),
-        seat=records.SeatName(_required_text(raw["seat"])),
+    replacement = records.Execution(
+        execution_id=records.ExecutionId(pod_identities.required_text(raw["execution_id"])),
+        swarm=pod_identities.required_text(raw["swarm"]),
+        seat=records.SeatName(pod_identities.required_text(raw["seat"])),
         generation=generation,
-        task_id=_required_text(task["id"]),
-        task_generation=_required_number(task["generation"]),
-        image=_text(raw.get("image")) or "",
+        task_id=pod_identities.required_text(task["id"]),
+        task_generation=pod_identities.required_number(task["generation"]),
+        image=pod_identities.text(raw.get("image")) or "",
         state=records.ExecutionState.RUNNING,
         directive=directive,
-        credential_id=_required_text(ids["credential"]),
-        credential_issued_at=_required_number(ids["credential_issued_at"]),
-        capture_grant_id=_required_text(ids["capture_grant"]),
-        restore_grant_id=_text(ids.get("restore_grant")),
-        restores_from_execution=records.ExecutionId(_required_text(replaces["execution_id"])),
+        credential_id="",
+        credential_issued_at=0,
+        capture_grant_id="",
+        restore_grant_id=None,
+        restores_from_execution=records.ExecutionId(
+            pod_identities.required_text(replaces["execution_id"])
+        ),
         restores_from_generation=replaced,
         legacy_spawn=False,
-        account=_text(raw.get("account")),
+        account=pod_identities.text(raw.get("account")),
         native_session_id=None,
         archive_watermark=None,
         captured_checkpoint_id=None,
         launched=True,
-        admitted_at=_text(raw.get("admitted_at")) or "",
+        admitted_at=pod_identities.text(raw.get("admitted_at")) or "",
         admission=admission,
     )
-
-
-def _text(value: Any) -> str | None:
-    if value is None or value == "":
-        return None
-    if not isinstance(value, str):
-        raise TypeError("expected a string")
-    return value
-
-
-def _required_text(value: Any) -> str:
-    text = _text(value)
-    if text is None:
-        raise ValueError("a required field is empty")
-    return text
-
-
-def _number(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError("expected an integer")
-    return value
-
-
-def _required_number(value: Any) -> int:
-    number = _number(value)
-    if number is None:
-        raise ValueError("a required field is empty")
-    return number
+    return pod_identities.TokenIds.from_json(ids).applied_to(replacement)
 
 
 def fence_fields(replacement: records.Execution) -> dict[str, str]:

@@ -34,6 +34,7 @@ def attempt_of(
 ) -> runtime.Attempt | None:
     """The attempt a worker Pod runs, classified; None for a Pod without complete labels."""
     labels = pod.get("metadata", {}).get("labels") or {}
+    annotations = pod.get("metadata", {}).get("annotations") or {}
     try:
         return runtime.Attempt(
             swarm=labels[runtime.LABEL_SWARM],
@@ -42,9 +43,8 @@ def attempt_of(
             generation=int(labels[runtime.LABEL_GENERATION]),
             failure=classifying.classify(pod, nodes, now),
             alive=not classifying.is_terminal(pod),
-            witness=(pod.get("metadata", {}).get("annotations") or {}).get(
-                runtime.ANNOTATION_DECISION
-            ),
+            witness=annotations.get(runtime.ANNOTATION_DECISION),
+            identity=annotations.get(runtime.ANNOTATION_ATTEMPT),
         )
     except (KeyError, ValueError):
         # Not one of ours after all (someone copied the managed-by label): not an attempt.

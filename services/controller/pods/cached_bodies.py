@@ -31,6 +31,9 @@ _POD_STATUS = (
 )
 
 
+_POD_ANNOTATIONS = (runtime.ANNOTATION_DECISION, runtime.ANNOTATION_ATTEMPT)
+
+
 def trim_pod(pod: Mapping[str, Any]) -> classifying.Pod:
     """The part of a Pod that classification reads: identity, labels, node, status."""
     meta = pod.get("metadata") or {}
@@ -42,11 +45,12 @@ def trim_pod(pod: Mapping[str, Any]) -> classifying.Pod:
     }
     if node:
         trimmed["spec"] = {"nodeName": node}
-    witness = (meta.get("annotations") or {}).get(runtime.ANNOTATION_DECISION)
-    if witness:
-        # Only the decision a replacement carries: what the controller writes back when Redis
-        # lost it.
-        trimmed["metadata"]["annotations"] = {runtime.ANNOTATION_DECISION: witness}
+    # Only the annotations the controller reads back when Redis lost what they say: the
+    # decision a replacement carries and the identity every worker carries.
+    annotations = meta.get("annotations") or {}
+    kept = {k: annotations[k] for k in _POD_ANNOTATIONS if annotations.get(k)}
+    if kept:
+        trimmed["metadata"]["annotations"] = kept
     return cast(classifying.Pod, trimmed)
 
 

@@ -100,6 +100,7 @@ class LocalRuntime:
                     failure=failure,
                     alive=alive,
                     witness=(state.get("annotations") or {}).get(runtime.ANNOTATION_DECISION),
+                    identity=(state.get("annotations") or {}).get(runtime.ANNOTATION_ATTEMPT),
                 )
             )
         return attempts

@@ -30,6 +30,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "agentihooks"
 ANNOTATION_IMAGE = "agentihooks.io/image"
 """The worker image (compatibility key); image references do not fit label values."""
+ANNOTATION_ATTEMPT = "agentihooks.io/attempt"
+"""One JSON object on every worker: the lease epoch it was launched under and the ids of its
+credential and grants (`pod_identities`). No secrets."""
 ANNOTATION_DECISION = "agentihooks.io/decision"
 """One JSON object: the decision that admitted a replacement and the fence it answered
 (`witnesses`). The cluster's witness of the decision when Redis loses it."""
@@ -58,6 +61,8 @@ class Attempt:
         witness: The decision that admitted the attempt, as its worker carries it
             (`ANNOTATION_DECISION`), if it does: what the controller writes back when Redis
             lost it.
+        identity: The epoch the attempt was launched under and its token ids, as its worker
+            carries them (`ANNOTATION_ATTEMPT`), if it does.
     """
 
     swarm: str
@@ -68,6 +73,7 @@ class Attempt:
     alive: bool
     departed: bool = False
     witness: str | None = dataclasses.field(default=None, repr=False)
+    identity: str | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,6 +94,7 @@ class FakeRuntime:
             None,
             True,
             witness=spec.annotations.get(pods.ANNOTATION_DECISION),
+            identity=spec.annotations.get(pods.ANNOTATION_ATTEMPT),
         )
         if self.after_effect is not None:
             self.after_effect("runtime:launch", {})
