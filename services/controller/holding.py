@@ -286,7 +286,9 @@ async def _follow(
             async for change in recovery.runtime.watch(recovery.swarm):
                 if change.relist:
                     relist.set()
-                if change.failed and session.failure is None:
+                # While the swarm's state is lost, a failure is left to the resync that finds
+                # the state back: a fence now would be refused by what Redis does not hold.
+                if change.failed and session.failure is None and recovery.loss is None:
                     session.bring(
                         observations.failures(recovery.swarm, change.failed, watched=True)
                     )

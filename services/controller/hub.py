@@ -17,11 +17,19 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from services.common import errors, logs, redis_link, settings
-from services.controller import authorizing, metrics, recovering, relaying, replacing, sharing
+from services.controller import (
+    authorizing,
+    losses,
+    metrics,
+    recovering,
+    relaying,
+    replacing,
+    sharing,
+)
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, leasing, reading, records
 
@@ -103,6 +111,7 @@ class Hub:
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
         self.metrics = metrics.Metrics()
+        self._loss_subscribers: list[Callable[[bool], Awaitable[None]]] = []
         self.link.subscribe(self._redis_changed)
         if isinstance(runtime, pods.Reachable):
             runtime.subscribe(self._runtime_changed)
@@ -120,7 +129,7 @@ class Hub:
     # Swarms.
 
     def _new(self, swarm: str) -> recovering.Recovery:
-        return recovering.Recovery(
+        recovery = recovering.Recovery(
             self.client,
             swarm,
             self.runtime,
@@ -135,6 +144,22 @@ class Hub:
             share=self.sharing,
             redis_wait=self._redis_wait,
         )
+        recovery.on_loss = self._loss_changed
+        return recovery
+
+    def on_loss(self, subscriber: Callable[[bool], Awaitable[None]]) -> None:
+        """Call `subscriber` (with whether any swarm's state is lost) whenever a swarm's
+        recovery state is found lost or back: readiness and health change with it."""
+        self._loss_subscribers.append(subscriber)
+
+    async def _loss_changed(self) -> None:
+        lost = self.lost_swarms()
+        for subscriber in self._loss_subscribers:
+            await subscriber(bool(lost))
+
+    def lost_swarms(self) -> list[str]:
+        """The swarms whose recovery state Redis lost (see `losses`), sorted."""
+        return sorted(s for s, r in self._recoveries.items() if r.loss is not None)
 
     async def recovery(self, swarm: str, *, create: bool = False) -> recovering.Recovery:
         """The swarm's `Recovery`; its loop is started on first use.
@@ -284,8 +309,11 @@ class Hub:
         return isinstance(self.runtime, pods.Reachable) and self.runtime.api_available is False
 
     def serving(self) -> bool:
-        """What gRPC health reports: Redis answers and the runtime's backend is not down."""
-        return self.link.available is not False and not self.runtime_down()
+        """What gRPC health reports: Redis answers, the runtime's backend is not down and no
+        swarm's recovery state is lost."""
+        return (
+            self.link.available is not False and not self.runtime_down() and not self.lost_swarms()
+        )
 
     def holds_lease(self, swarm: str) -> bool:
         recovery = self._recoveries.get(swarm)
@@ -299,7 +327,7 @@ class Hub:
 
     def not_ready(self) -> errors.Unavailable | None:
         """Why this replica is not ready (`redis_unavailable`, `kubernetes_unavailable`,
-        `starting`), or None."""
+        `state_lost`, `starting`), or None."""
         if self.link.available is False:
             return redis_link.unavailable()
         if self.runtime_down():
@@ -307,6 +335,13 @@ class Hub:
                 "kubernetes_unavailable",
                 "the Kubernetes API does not answer: no worker can be listed, replaced or"
                 " removed; try again later",
+            )
+        if lost := self.lost_swarms():
+            return errors.Unavailable(
+                losses.REASON,
+                f"the recovery state of swarm {', '.join(lost)} was lost (Redis came back"
+                " without it or older): its failures are not recovered until it is back;"
+                " see the controller's state_lost line and `agentihooks swarm SWARM status`",
             )
         if self.sharing.running and not self.sharing.joined.is_set():
             return errors.Unavailable("starting", "the controller has not joined its peers yet")

@@ -233,6 +233,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 await rpc.set_serving(health_servicer, names, hub.serving())
 
             link.subscribe(health_changed)
+            hub.on_loss(health_changed)
             if isinstance(runtime, pods.Reachable):
                 runtime.subscribe(health_changed)
             server, port = await rpc.start_server(

@@ -23,6 +23,7 @@ class _Outcomes(Collector):  # type: ignore[misc]
     def __init__(self) -> None:
         self.by_swarm: dict[str, dict[str, int]] = {}
         self.paused: dict[str, bool] = {}
+        self.lost: dict[str, bool] = {}
 
     def collect(self):  # type: ignore[no-untyped-def]
         outcomes = CounterMetricFamily(
@@ -42,6 +43,14 @@ class _Outcomes(Collector):  # type: ignore[misc]
         for swarm, value in sorted(self.paused.items()):
             paused.add_metric([swarm], 1.0 if value else 0.0)
         yield paused
+        lost = GaugeMetricFamily(
+            "agentihooks_state_lost",
+            "1 while Redis has lost the swarm's recovery state (state_lost), on its lease holder",
+            labels=["swarm"],
+        )
+        for swarm, value in sorted(self.lost.items()):
+            lost.add_metric([swarm], 1.0 if value else 0.0)
+        yield lost
 
 
 class Metrics:
@@ -115,6 +124,7 @@ class Metrics:
     async def refresh(self, recoveries: dict[str, recovering.Recovery]) -> None:
         """Read the Redis-backed figures of every swarm (before a scrape)."""
         for swarm, recovery in recoveries.items():
+            self._outcomes.lost[swarm] = recovery.loss is not None
             self._outcomes.by_swarm[swarm] = await recovery.restore_outcomes_by_type()
             self._outcomes.paused[swarm] = await recovery.paused()
 

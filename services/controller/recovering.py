@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from services.common import directives, errors, logs, redis_link, settings
@@ -31,6 +31,8 @@ from services.controller import (
     decisions,
     holding,
     launch_records,
+    losing,
+    losses,
     observations,
     outcomes,
     reconciling,
@@ -136,6 +138,10 @@ class Recovery:
         )
         self.reconciler = reconciling.Reconciler(self.ctx, self.lease)
         self.seats = sessions.Seats(self._session, stop_s=holding.HELPER_STOP_S)
+        self.loss: losses.Loss | None = None
+        """What Redis lost of the swarm's state, while it is lost (`losing`)."""
+        self.on_loss: Callable[[], Awaitable[None]] | None = None
+        """Called when `loss` is set or cleared (the hub: readiness, health)."""
 
     def _session(self) -> working.Session:
         return working.Session(
@@ -168,9 +174,13 @@ class Recovery:
         try:
             async with self.seats.using() as session:
                 seen = await resyncing.resync(self.ctx, self.lease.scripts, session.known())
+                if self.loss is not None:
+                    await losing.recovered(self)
                 await working.collect(session.bring(seen, working.Wait.NEW), report)
         except scripting.LeaseLost:
             report.lease_lost = True
+        except losses.StateLost as found:
+            await losing.handle(self, found)
         if report.lease_lost:
             logs.event(
                 log,
@@ -365,7 +375,12 @@ class Recovery:
         """Tasks, seats, handoff cards, pause state and counters (a read: no lease needed).
 
         Each card's offer is the one under this controller's current compatibility key: the
-        recorded offer when it was worked out under that key, else worked out again now."""
+        recorded offer when it was worked out under that key, else worked out again now.
+
+        Raises:
+            errors.Unavailable: `state_lost` while Redis lost the swarm's state (`losing`).
+        """
+        await losing.refuse_if_lost(self)
         return await reading.status(
             self.client, self.swarm, self.ctx.worker_image, reoffer=self._card_offer
         )

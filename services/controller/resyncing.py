@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from services.controller import observations, replacing
+from services.controller import losses, observations, replacing
 from services.controller.pods import runtime as pods
 from services.controller.state import keys, reading, scripting, writing
 
@@ -33,11 +33,17 @@ async def resync(
     Raises:
         pods.PodsUnavailable: the runtime could not be listed.
         scripting.LeaseLost: the lease was lost (the record of the list was not written).
+        losses.StateLost: Redis lost the swarm's state (nothing was written).
     """
     swarm = ctx.swarm
     reads = await reading.before_listing(scripts, swarm, known)
     listed = await ctx.runtime.list_attempts(swarm)
     listing = {a.execution_id: a for a in listed if a.swarm == swarm}
+    # Before anything is written: a state Redis lost is not worked on as if it were all there.
+    epoch = ctx.writer.lease.epoch or 0
+    loss = losses.detect(swarm, known=reads.known, listed=listing.values(), epoch=epoch)
+    if loss is not None:
+        raise losses.StateLost(loss, listing.values())
     seen = observations.failures(swarm, listing.values(), watched=False)
     present = {e for e, a in listing.items() if not a.departed}
     await _note_listed(ctx.writer, reads.expected, listing, present)

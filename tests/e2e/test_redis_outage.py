@@ -226,15 +226,11 @@ def clean_log(ctl: Controller) -> None:
     ]
 
 
-async def assert_each_pod_once(
-    emulator: k8s_emulator.K8sEmulator,
-    pod_events: list[tuple[str, str]],
-    swarm: str,
-    first: Mapping[str, str],
-    second: Mapping[str, str],
+async def pods_caught_up(
+    emulator: k8s_emulator.K8sEmulator, pod_events: list[tuple[str, str]]
 ) -> None:
-    """Each Pod of `swarm` created once, each lost one (`first`) deleted once, as the Pod
-    watch recorded them (`pod_events`); a marker Pod proves the recorder has caught up."""
+    """Once the Pod watch recorder (`watch_pods`) saw everything so far: a marker Pod is
+    created and waited for."""
     emulator.create(
         "pods",
         {"metadata": {"name": "marker", "labels": {runtime.LABEL_EXECUTION: "mark"}}},
@@ -245,6 +241,18 @@ async def assert_each_pod_once(
         assert ("ADDED", "mark") in pod_events
 
     await ports.eventually(caught_up, timeout=WAIT_S)
+
+
+async def assert_each_pod_once(
+    emulator: k8s_emulator.K8sEmulator,
+    pod_events: list[tuple[str, str]],
+    swarm: str,
+    first: Mapping[str, str],
+    second: Mapping[str, str],
+) -> None:
+    """Each Pod of `swarm` created once, each lost one (`first`) deleted once, as the Pod
+    watch recorded them (`pod_events`)."""
+    await pods_caught_up(emulator, pod_events)
     seen = collections.Counter(
         (t, e) for t, e in pod_events if t != "MODIFIED" and e.startswith(swarm)
     )

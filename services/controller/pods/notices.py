@@ -31,6 +31,7 @@ class Reason(enum.StrEnum):
     REPLACEMENT_LAUNCHED = "ReplacementLaunched"
     RESTORE_REFUSED = "RestoreRefused"
     OUTCOME_VERIFIED = "OutcomeVerified"
+    STATE_LOST = "StateLost"
 
 
 ACTIONS = {
@@ -40,10 +41,13 @@ ACTIONS = {
     Reason.REPLACEMENT_LAUNCHED: "Launch",
     Reason.RESTORE_REFUSED: "Restore",
     Reason.OUTCOME_VERIFIED: "Restore",
+    Reason.STATE_LOST: "Recover",
 }
 """What the controller (or, for a restore, the replacement) did: the Event's `action`."""
 
-WARNINGS = frozenset({Reason.FENCED, Reason.AWAITING_DECISION, Reason.RESTORE_REFUSED})
+WARNINGS = frozenset(
+    {Reason.FENCED, Reason.AWAITING_DECISION, Reason.RESTORE_REFUSED, Reason.STATE_LOST}
+)
 """Reasons an operator should look at: Events of type `Warning` (the others are `Normal`)."""
 
 NOTE_LIMIT = 1024
@@ -181,6 +185,17 @@ def launched(swarm: str, seat: str, execution_id: str, generation: int) -> Notic
         f" {_word(seat)}",
         pod_object=True,
     )
+
+
+def state_lost(swarm: str, seat: str, execution_id: str, kind: str, epoch: int) -> Notice:
+    """The notice on each running worker of a swarm whose recovery state Redis lost: nothing
+    recovers it until the state is back (`losses`)."""
+    note = (
+        f"The recovery state of swarm {_word(swarm)} was lost ({_code(kind)}; this worker was"
+        f" launched under epoch {epoch}): its failures are not recovered until the state is"
+        " back (see the controller's readiness)"
+    )
+    return Notice(swarm, seat, execution_id, Reason.STATE_LOST, _cut(note))
 
 
 def refusal(detail: Mapping[str, Any]) -> str:

@@ -138,6 +138,10 @@ class Bookkeeping(guarded.Guarded):
         )
         return reply.status
 
+    async def mark_state_lost(self, loss: str) -> None:
+        """Set the swarm's state-lost marker to `loss` (JSON), or clear it ("")."""
+        await self._run(housekeeping.StateLost(marker=keys.state_lost(self.swarm), loss=loss))
+
     async def set_paused(self, paused: bool) -> housekeeping.PauseSet:
         """Set or clear the swarm's recovery-paused key."""
         reply = await self._run(

@@ -43,11 +43,13 @@ class LeaseAcquire(scripting.Read, script="lease_acquire"):
 @dataclasses.dataclass(frozen=True)
 class PassReads(scripting.Read, script="pass_reads"):
     """Answers the expected attempts, the attention set, the seats only awaiting their
-    replacement's report, the other attention seats and the recorded requests."""
+    replacement's report, the other attention seats, the recorded requests and whether the
+    swarm's config exists."""
 
     expected: scripting.Key
     attention: scripting.Key
     requests: scripting.Key
+    config: scripting.Key
     seat_prefix: scripting.Arg[str]
     fence_prefix: scripting.Arg[str]
     decision_prefix: scripting.Arg[str]
@@ -65,6 +67,17 @@ class Pause(scripting.Call[PauseSet], script="pause"):
     paused: scripting.Key
     pause: scripting.Arg[bool]
     at: scripting.Arg[str]
+
+
+class Marked(enum.StrEnum):
+    MARKED = "marked"
+
+
+@dataclasses.dataclass(frozen=True)
+class StateLost(scripting.Call[Marked], script="state_lost"):
+    marker: scripting.Key
+    loss: scripting.Arg[str]
+    """The loss as JSON, or "" once the swarm's state is back."""
 
 
 class SettleStatus(enum.StrEnum):

@@ -69,6 +69,11 @@ def epoch(swarm: str) -> str:
     return f"{_p(swarm)}:epoch"
 
 
+def state_lost(swarm: str) -> str:
+    """Set (JSON of the loss) while the holder finds the swarm's state lost (`losses`)."""
+    return f"{_p(swarm)}:state-lost"
+
+
 def paused(swarm: str) -> str:
     """The swarm's recovery-paused switch (spec: "Rollback")."""
     return f"{_p(swarm)}:recovery-paused"

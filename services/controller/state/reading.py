@@ -97,6 +97,8 @@ class PassReads:
     seat's current attempt) running and launched. The pass has nothing to do for them."""
     requests: list[tuple[str, records.Request]]
     """The recorded decision requests (see `requests`), for the pass's last step."""
+    known: bool
+    """Whether the swarm's config exists: False when Redis lost the swarm's records."""
 
 
 async def before_listing(
@@ -108,11 +110,12 @@ async def before_listing(
     only awaiting their replacement's report, and the recorded requests. At a hundred swarms a
     pass of each every few seconds, a storm's worth of seats in each: one round trip instead of
     a pipeline per step, and the seats with nothing to do are not sent back."""
-    raw_expected, members, awaiting, raw_seats, raw_requests = await scripts.read(
+    raw_expected, members, awaiting, raw_seats, raw_requests, known = await scripts.read(
         housekeeping.PassReads(
             expected=keys.expected(swarm),
             attention=keys.attention(swarm),
             requests=keys.requests(swarm),
+            config=keys.config(swarm),
             seat_prefix=keys.seat(swarm, ""),
             fence_prefix=keys.fence(swarm, ""),
             decision_prefix=keys.decision(swarm, ""),
@@ -131,6 +134,7 @@ async def before_listing(
         seats=seats,
         awaiting={_text(n) for n in awaiting},
         requests=_requests(_flat_hash(raw_requests)),
+        known=bool(known),
     )
 
 

@@ -60,6 +60,7 @@ SCRIPT_NAMES: Final = (
     "request",
     "drop_request",
     "pause",
+    "state_lost",
     "settle",
     "absent",
     "listed",

@@ -330,6 +330,7 @@ GUARDED: tuple[type[scripting.Call[Any]], ...] = (
     housekeeping.LeaseRelease,
     ApplySwarm,
     housekeeping.Pause,
+    housekeeping.StateLost,
     Fence,
     Release,
     Pend,

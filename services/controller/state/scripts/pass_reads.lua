@@ -1,5 +1,6 @@
 -- What a listing pass reads before it lists the runtime, in one call; it writes nothing.
--- KEYS[1] expected, KEYS[2] attention, KEYS[3] the recorded decision requests.
+-- KEYS[1] expected, KEYS[2] attention, KEYS[3] the recorded decision requests, KEYS[4] the
+-- swarm's config (whether the swarm is known at all).
 -- ARGV[1..4] the key prefixes of seats, fences, decisions and attempts (a record's key is its
 -- prefix and its name or execution id), ARGV[5] JSON list of the seats not to read (the fast
 -- path has them), ARGV[6] JSON list of a fence's release fields.
@@ -7,7 +8,7 @@
 -- Cluster they lie in the slot of KEYS[1], which is what the cluster checks.
 -- Returns {expected as HGETALL, attention's members, the seats only awaiting their
 -- replacement's report (names), the other seats read (each as HGETALL), the requests as
--- HGETALL}. A seat only awaits
+-- HGETALL, 1 when the swarm's config exists else 0}. A seat only awaits
 -- that report when it is replacing, its fenced attempt's every release is recorded and its
 -- decision accepted, and its current attempt (the replacement) runs and was launched: the pass
 -- has nothing to do for it.
@@ -39,4 +40,7 @@ for _, name in ipairs(members) do
     end
   end
 end
-return {redis.call('HGETALL', KEYS[1]), members, idle, seats, redis.call('HGETALL', KEYS[3])}
+return {
+  redis.call('HGETALL', KEYS[1]), members, idle, seats, redis.call('HGETALL', KEYS[3]),
+  redis.call('EXISTS', KEYS[4]),
+}
