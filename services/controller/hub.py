@@ -234,7 +234,20 @@ class Hub:
         self._discovery = asyncio.create_task(self._discover_later(), name="swarm-discovery")
 
     async def _discover(self) -> None:
-        await self._found(await reading.swarm_names(self.client))
+        """Start the loop of every swarm Redis names and, where the runtime can say, of every
+        swarm whose workers run: one Redis lost (restarted empty) is found by its loop's first
+        resync (`losses`), which says `state_lost`."""
+        names = await reading.swarm_names(self.client)
+        await self._found(names)
+        if isinstance(self.runtime, pods.Surveying):
+            try:
+                running = await self.runtime.swarms()
+            except pods.PodsError as exc:
+                logs.event(log, "workers_unlisted", logging.WARNING, exception=type(exc).__name__)
+                return
+            for swarm in sorted(running - set(names)):
+                if keys.is_name(swarm):
+                    await self.recovery(swarm, create=True)
 
     async def _found(self, swarms: Iterable[str]) -> None:
         """Start the loop of every swarm not known here yet (applied on another replica)."""

@@ -223,3 +223,68 @@ async def test_redis_restarted_empty_is_state_lost_until_the_swarm_is_applied_ag
     finally:
         await r.aclose()
         redis.kill()
+
+
+async def test_a_controller_started_on_an_emptied_redis_finds_the_swarms_its_workers_run(
+    tmp_path: pathlib.Path,
+) -> None:
+    """The controller is stopped, Redis restarts empty, a controller starts: Redis names no
+    swarm, but the workers it finds in the cluster do. It says `state_lost` for their swarm
+    (not ready, status refused) and adopts them once the swarm is applied again: no worker is
+    created twice and each keeps its credential."""
+    redis = RestartableRedis(tmp_path / "redis")
+    await asyncio.to_thread(redis.start)
+    r = redis_link.connect(redis.url)
+    document = cs.document(SWARM, seats=SEATS, automation=False)
+    try:
+        async with k8s_emulator.serving() as emulator, outage.controllers() as running:
+            env = outage.controller_env(tmp_path, emulator, redis.url)
+            ctl = await outage.start_controller(env)
+            running.append(ctl)
+            await outage.apply(ctl, document)
+            await ports.eventually(lambda: outage.launched(r, SWARM, SEATS, 1), timeout=WAIT_S)
+            held = {s: await reading.execution(r, SWARM, FIRST[s]) for s in SEATS}
+            assert await ctl.stop() == 0
+            await asyncio.to_thread(restart_empty, redis)
+
+            again = await outage.start_controller(env)
+            running.append(again)
+
+            async def loud() -> None:
+                code, body = await again.readyz()
+                assert (code, body.get("reason")) == (503, losses.REASON), body
+                line = again.events(losses.REASON)
+                assert line and line[0]["kind"] == "records_missing" and line[0]["pods"] == 3
+
+            await ports.eventually(loud, timeout=WAIT_S)
+            refused = await outage.unavailable(
+                again.stub.GetSwarmStatus(
+                    pb.GetSwarmStatusRequest(swarm=SWARM), metadata=cs.OPERATOR, timeout=WAIT_S
+                )
+            )
+            assert outage.reason_of(refused) == losses.REASON
+            await outage.apply(again, document)
+
+            async def back() -> None:
+                code, body = await again.readyz()
+                assert code == 200, body
+                for seat in SEATS:
+                    adopted = await reading.execution(r, SWARM, FIRST[seat])
+                    before = held[seat]
+                    assert adopted is not None and before is not None and adopted.launched
+                    assert adopted.credential_id == before.credential_id, seat
+
+            await ports.eventually(back, timeout=WAIT_S)
+            assert outage.pods_of(emulator, SWARM) == sorted(FIRST.values())
+            for seat in SEATS:
+                launch = await again.stub.GetLaunchRecord(
+                    pb.GetLaunchRecordRequest(),
+                    metadata=cs.md(credential(emulator, FIRST[seat])),
+                    timeout=WAIT_S,
+                )
+                assert launch.scope.execution_id == FIRST[seat]
+            assert await again.stop() == 0
+            outage.clean_log(again)
+    finally:
+        await r.aclose()
+        redis.kill()

@@ -314,3 +314,14 @@ async def test_a_sidecar_that_never_ends_delays_the_failure_only_so_long(
 
 async def _exited(folder: pathlib.Path) -> None:
     assert (folder / "exit_code").exists()
+
+
+async def test_the_runtime_names_the_swarms_whose_workers_it_holds(workers) -> None:
+    """`swarms()` (what a controller starting on an emptied Redis looks at): a swarm with an
+    attempt not removed, finished or not; none once every attempt is removed."""
+    assert await workers.swarms() == set()
+    await workers.launch(spec("e-1", "-c", "import sys; sys.exit(0)"))
+    await settled(workers, "e-1")
+    assert await workers.swarms() == {"example"}
+    await workers.remove("example", "e-1")
+    assert await workers.swarms() == set()

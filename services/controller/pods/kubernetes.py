@@ -168,6 +168,15 @@ class KubernetesRuntime:
         found.extend(attempts.departed(swarm, self._departed, found))
         return found
 
+    async def swarms(self) -> set[str]:
+        """The swarms of every worker Pod in the namespace (`runtime.Surveying`): one list."""
+        _, body = await self._request(
+            "list pods", self._core.list_namespaced_pod, self._namespace, label_selector=_MANAGED
+        )
+        items = orjson.loads(body)["items"]
+        labels = ((pod.get("metadata") or {}).get("labels") or {} for pod in items)
+        return {name for found in labels if (name := found.get(runtime.LABEL_SWARM))}
+
     async def _list(self, swarm: str) -> list[runtime.Attempt]:
         """The swarm's attempts as the API server lists them now."""
         pods_call = self._request(

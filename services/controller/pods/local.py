@@ -207,6 +207,12 @@ class LocalRuntime:
     def _folder(self, swarm: str, execution_id: str) -> pathlib.Path:
         return self._workdir / swarm / execution_id
 
+    async def swarms(self) -> set[str]:
+        """The swarms with an attempt folder not removed (`runtime.Surveying`)."""
+        root = self._workdir
+        names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        return {name for name in names if self._scan(name)}
+
     def _scan(self, swarm: str) -> list[dict[str, Any]]:
         if not _SAFE_NAME.match(swarm):
             return []

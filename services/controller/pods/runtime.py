@@ -210,6 +210,17 @@ class Reachable(Protocol):
 
 
 @runtime_checkable
+class Surveying(Protocol):
+    """A runtime that can name every swarm whose workers it runs (one list of them all): what
+    a controller starting on a Redis that lost its data looks at, since Redis no longer names
+    those swarms (`losses`)."""
+
+    async def swarms(self) -> set[str]:
+        """The swarms with at least one worker, running or not, that was not removed."""
+        ...
+
+
+@runtime_checkable
 class Recording(Protocol):
     """A runtime that tells the cluster's own tools what happened to its workers (Kubernetes
     Events on the worker Pods, shown by ``kubectl describe pod``). Best effort: `record` never
