@@ -54,14 +54,13 @@ async def admit(
     offer: records.Offer | None,
     request_field: str | None = None,
     config: records.SwarmConfig | None = None,
-    read_back: bool = True,
 ) -> Admission:
     """Accept the decision and admit one replacement on the same seat, next generation.
 
     The Lua script is the arbiter: of many concurrent identical calls one is `accepted` and
     the rest are `repeated`; a different choice after acceptance is a `conflict`. `config`
-    may be passed when the caller just read it; without `read_back` the answer carries no
-    decision (the recovery pass needs only the status).
+    may be passed when the caller just read it. The decision the answer carries is the one
+    the script stored and returned: nothing is read back.
     """
     config = config or await reading.config(ctx.client, ctx.swarm)
     image = config.worker_image if config else ctx.worker_image
@@ -131,7 +130,4 @@ async def admit(
     if accepted.status is transitions.AcceptStatus.RELEASING:
         fence = await releasing.release_authority(ctx, fence)
         accepted = await accept()
-    decided = (
-        await reading.decision(ctx.client, ctx.swarm, fence.execution_id) if read_back else None
-    )
-    return Admission(accepted.status, decided, accepted.replacement, accepted.seat)
+    return Admission(accepted.status, accepted.decision, accepted.replacement, accepted.seat)

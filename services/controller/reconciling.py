@@ -328,7 +328,6 @@ class Reconciler:
                 automatic=True,
                 offer=plan.offer,
                 config=config,
-                read_back=False,
             )
             if admission.status is transitions.AcceptStatus.ACCEPTED:
                 report.accepted.append(fence.execution_id)

@@ -47,11 +47,12 @@ class Fenced:
 @dataclasses.dataclass(frozen=True)
 class Accepted:
     """The answer of `Writer.accept`: when accepted, the replacement and the seat as
-    written."""
+    written; accepted or repeated, the decision as stored."""
 
     status: transitions.AcceptStatus
     replacement: records.Execution | None = None
     seat: records.Seat | None = None
+    decision: records.Decision | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,12 +293,15 @@ class Writer(reports.Reports, bookkeeping.Bookkeeping):
                 offer=offer.to_json() if offer else None,
             )
         )
+        stored = reply.fields.get("decision")
+        decided = records.Decision.from_hash(stored) if stored else None
         if reply.status is not transitions.AcceptStatus.ACCEPTED:
-            return Accepted(reply.status)
+            return Accepted(reply.status, decision=decided)
         return Accepted(
             reply.status,
             records.Execution.from_hash(reply.fields["replacement"]),
             records.Seat.from_hash(reply.fields["seat"]),
+            decided,
         )
 
     async def restore(

@@ -3,6 +3,7 @@ trips per replacement). Counts, not times: INFO commandstats around one recovery
 
 from __future__ import annotations
 
+import asyncio
 import collections
 
 import redis.asyncio as aioredis
@@ -89,3 +90,38 @@ async def test_a_pass_over_seats_awaiting_their_outcome_reads_them_in_one_round_
     hx.runtime.attempts.pop(second("eng-3"), None)
     report = await hx.recovery.reconcile()
     assert report.launched == [second("eng-3")], report
+
+
+async def test_a_decision_answers_with_what_the_accept_script_returned(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Issue 22: the accept script returns the decision it stored (and, repeated, the one it
+    found), so a decision call answers with it and does not read it back after the script.
+    The decision is read twice in all: by the call before its script, and by the seat's
+    worker that then launches the replacement (a reconcile reads what is recorded)."""
+    hx = await h.start(redis_client, automation=False)
+    hx.runtime.fail(first("eng-1"))
+    await hx.recovery.reconcile()
+    decision_key = keys.decision(h.SWARM, first("eng-1"))
+    seen: list[list[str]] = []
+    async with redis_client.monitor() as monitor:
+
+        async def record() -> None:
+            async for command in monitor.listen():
+                if command.get("client_type") != "lua":  # the scripts' own calls aside
+                    seen.append(str(command.get("command", "")).split())
+
+        recorder = asyncio.create_task(record())
+        answer = await hx.recovery.restore_decision(
+            first("eng-1"), records.Choice.FRESH, None, records.Operator()
+        )
+        await redis_client.ping()
+        await asyncio.sleep(0.2)
+        recorder.cancel()
+        await asyncio.gather(recorder, return_exceptions=True)
+    stored = await reading.decision(redis_client, h.SWARM, first("eng-1"))
+    assert answer.decision == stored and not answer.repeated
+    reads = [i for i, c in enumerate(seen) if c[:2] == ["HGETALL", decision_key]]
+    accept = max(i for i, c in enumerate(seen) if c[:1] == ["EVALSHA"] and decision_key in c)
+    assert len(reads) == 2 and reads[0] < accept < reads[1], seen
+    assert seen[accept + 1][:2] != ["HGETALL", decision_key], seen

@@ -1,6 +1,6 @@
 -- Accept a decision once per fenced attempt and admit its one replacement (the arbiter of
 -- concurrent decisions). A repeat of the accepted choice changes nothing; a different choice
--- is a conflict and changes nothing.
+-- is a conflict and changes nothing. Accepted or repeated, the decision as stored comes back.
 -- KEYS[3] fence, [4] decision, [5] fenced execution, [6] seat, [7] task, [8] replacement
 --   execution, [9] slots, [10] accounts, [11] recovery-paused, [12] requests, [13] events,
 --   [14] slots used per account.
@@ -12,7 +12,7 @@ local decision = hgetall(KEYS[4])
 if decision.state == 'accepted' then
   if decision.choice == ARGV[4] then
     if ARGV[9] ~= '' then redis.call('HDEL', KEYS[12], ARGV[9]) end
-    return reply({status = 'repeated'})
+    return reply({status = 'repeated', decision = decision})
   end
   return reply({status = 'conflict'})
 end
@@ -47,6 +47,7 @@ redis.call('HSET', KEYS[7], 'recovery', ARGV[7])
 if ARGV[9] ~= '' then redis.call('HDEL', KEYS[12], ARGV[9]) end
 local ev = event(KEYS[13], 'recovery', ARGV[11], fence.seat, ARGV[3], fence.generation,
   seat.generation, ARGV[12], ARGV[10])
--- What it wrote comes back: the caller launches the replacement without reading it again.
+-- What it wrote comes back: the caller answers with the decision and launches the
+-- replacement without reading them again.
 return reply({status = 'accepted', events = {ev}, replacement = hgetall(KEYS[8]),
-  seat = hgetall(KEYS[6])})
+  seat = hgetall(KEYS[6]), decision = hgetall(KEYS[4])})
