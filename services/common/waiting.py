@@ -8,8 +8,12 @@ import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from services.common import logs
+
+_T = TypeVar("_T")
+_U = TypeVar("_U")
 
 Subscriber = Callable[[bool], Awaitable[None] | None]
 """Told True when the dependency answers again, False when it stops; may be a coroutine."""
@@ -53,6 +57,17 @@ async def first(events: Iterable[asyncio.Event], timeout: float | None = None) -
         for w in waits:
             w.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def both(first: Awaitable[_T], second: Awaitable[_U]) -> tuple[_T, _U]:
+    """Await two calls at once; when one fails, cancel the other before raising (no stray task)."""
+    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
+    try:
+        return await one, await two
+    finally:
+        for task in (one, two):
+            task.cancel()
+        await asyncio.gather(one, two, return_exceptions=True)
 
 
 async def tell(

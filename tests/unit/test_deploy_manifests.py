@@ -47,7 +47,11 @@ from tests.support.kube import kubectl as kubectl_support
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy" / "k8s"
-KUBERNETES_RUNTIME = REPO / "services" / "controller" / "pods" / "kubernetes.py"
+PODS = REPO / "services" / "controller" / "pods"
+KUBERNETES_RUNTIME = PODS / "kubernetes.py"
+ADAPTER_MODULES = [KUBERNETES_RUNTIME, PODS / "pod_launching.py"]
+"""The modules of the Kubernetes adapter that make CoreV1Api calls: the runtime, and the Pod and
+Secret launching it delegates to (which gets the runtime's CoreV1Api object and `_request`)."""
 EVENT_RECORDER = REPO / "services" / "controller" / "pods" / "recording.py"
 CONSOLE_SCRIPTS: dict[str, str] = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
     "scripts"
@@ -697,7 +701,7 @@ def test_every_workload_is_hardened(rendered: Rendered) -> None:
             assert "memory" in c["resources"]["limits"], name
 
 
-# Every CoreV1Api call of services/controller/pods/kubernetes.py, how it is made (through
+# Every CoreV1Api call of the Kubernetes adapter (ADAPTER_MODULES), how it is made (through
 # `_request`: one call; through `_follow`: a list, then a watch), and the verb it needs on which
 # resource. A new call, or a call made another way, fails the test until it is listed here, and
 # the Role or ClusterRole then has to grant its verb.
@@ -742,19 +746,32 @@ def event_calls() -> set[str]:
     return {m for node in ast.walk(tree) if (m := api_method(node, "_events")) is not None}
 
 
-def kubernetes_calls() -> set[tuple[str, str]]:
-    """(CoreV1Api method, how) of every use of `self._core` in kubernetes.py."""
-    tree = ast.parse(KUBERNETES_RUNTIME.read_text())
+def core_method(node: ast.AST) -> str | None:
+    """The method name when `node` is a CoreV1Api method: ``<anything>._core.<method>``
+    (``self._core``, ``runtime._core``) or ``core.<method>``."""
+    if not (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)):
+        return None
+    receiver = node.value
+    if isinstance(receiver, ast.Attribute) and receiver.attr == "_core":
+        return node.attr
+    if isinstance(receiver, ast.Name) and receiver.id == "core":
+        return node.attr
+    return None
 
-    def core_method(node: ast.AST) -> str | None:
-        return api_method(node, "_core")
 
+def call_kind(func: ast.expr) -> str | None:
+    """How a call through `func` makes the API call passed to it: ``_request``/``request``
+    (one call), ``_follow``/``follow`` (a list, then a watch), else None."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    return {"request": "request", "follow": "follow"}.get(str(name).removeprefix("_"))
+
+
+def core_calls(tree: ast.AST) -> set[tuple[str, str]]:
+    """(CoreV1Api method, how) of every use of the CoreV1Api object in `tree`: passed to a
+    request or follow wrapper, else "direct"."""
     calls, accounted = set(), set()
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        how = {"_request": "request", "_follow": "follow"}.get(node.func.attr)
-        if how is None:
+        if not isinstance(node, ast.Call) or (how := call_kind(node.func)) is None:
             continue
         for arg in node.args:
             if (method := core_method(arg)) is not None:
@@ -764,6 +781,40 @@ def kubernetes_calls() -> set[tuple[str, str]]:
         if (method := core_method(node)) is not None and id(node) not in accounted:
             calls.add((method, "direct"))
     return calls
+
+
+def kubernetes_calls() -> set[tuple[str, str]]:
+    """(CoreV1Api method, how) of every use of the CoreV1Api object in ADAPTER_MODULES."""
+    return set().union(*(core_calls(ast.parse(m.read_text())) for m in ADAPTER_MODULES))
+
+
+def test_the_api_call_scan_sees_every_way_of_making_a_call() -> None:
+    """The scan classifies a call by how it is made, whatever holds the CoreV1Api object."""
+    code = """
+async def f(self, runtime, core, request):
+    await self._request("a", self._core.read_namespaced_pod, "n")
+    await request("b", core.create_namespaced_pod, "n")
+    await self._follow("c", feed, runtime._core.list_node)
+    await self._core.delete_namespaced_pod("n")
+    method = core.patch_namespaced_secret
+"""
+    assert core_calls(ast.parse(code)) == {
+        ("read_namespaced_pod", "request"),
+        ("create_namespaced_pod", "request"),
+        ("list_node", "follow"),
+        ("delete_namespaced_pod", "direct"),
+        ("patch_namespaced_secret", "direct"),
+    }
+
+
+def test_no_api_call_escapes_the_scan() -> None:
+    """Only ADAPTER_MODULES reach the CoreV1Api object, so `kubernetes_calls` sees every call."""
+    reaching = {
+        path.relative_to(REPO).as_posix()
+        for path in PODS.rglob("*.py")
+        if re.search(r"\b_?core\.\w", path.read_text())
+    }
+    assert reaching == {path.relative_to(REPO).as_posix() for path in ADAPTER_MODULES}
 
 
 def test_rbac_grants_exactly_what_the_controller_calls_need(rendered: Rendered) -> None:

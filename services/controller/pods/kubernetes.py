@@ -4,7 +4,8 @@ Every call passes ``_preload_content=False`` and parses the body itself (orjson)
 turning 10,000 Pods into client model objects costs 7-10 times the parse. With
 ``_preload_content=False`` the client raises nothing for an error status, so `_request` checks
 the status itself and maps every failure onto `runtime.PodsError` (`api_errors`). The only
-module that imports the Kubernetes client, with `recording` for Events.
+module that imports the Kubernetes client, with `recording` for Events; `pod_launching` makes
+the calls that create and delete an attempt's Pod and Secret, through this runtime's `_request`.
 
 One Pod watch and one Node watch per runtime. The first `watch` starts them (`watching`: list,
 then watch, client-go reflector style). They feed `informing.Informer`, which fans each change
@@ -19,9 +20,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import aiohttp.helpers
@@ -29,6 +29,7 @@ import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
+from services.common import waiting
 from services.controller.pods import (
     api_errors,
     api_sessions,
@@ -39,6 +40,7 @@ from services.controller.pods import (
     feeds,
     informing,
     notices,
+    pod_launching,
     recording,
     runtime,
     templates,
@@ -46,12 +48,6 @@ from services.controller.pods import (
 )
 
 _MANAGED = f"{runtime.LABEL_MANAGED_BY}={runtime.MANAGED_BY}"
-_T = TypeVar("_T")
-_U = TypeVar("_U")
-
-
-class Body(dict):  # type: ignore[type-arg]
-    """A request body this runtime built: JSON already (dicts, lists, text, numbers)."""
 
 
 class ApiClient(client.ApiClient):  # type: ignore[misc]
@@ -60,8 +56,8 @@ class ApiClient(client.ApiClient):  # type: ignore[misc]
 
     The library walks every request body through `sanitize_for_serialization` (for its model
     objects) before encoding it; a Pod's body is a few hundred values and the walk costs about
-    three times the encoding. The runtime's bodies are plain JSON, so that walk is skipped for
-    them; anything else goes through it as before.
+    three times the encoding. The runtime's bodies (`pod_launching.Body`) are plain JSON, so that
+    walk is skipped for them; anything else goes through it as before.
     """
 
     def __init__(self, configuration: Any = None, *args: Any, **kwargs: Any) -> None:
@@ -69,7 +65,7 @@ class ApiClient(client.ApiClient):  # type: ignore[misc]
         api_sessions.read_proxy_once(self.rest_client, self.configuration.host)
 
     def sanitize_for_serialization(self, obj: Any) -> Any:
-        if type(obj) is Body:
+        if type(obj) is pod_launching.Body:
             return obj
         return super().sanitize_for_serialization(obj)
 
@@ -114,7 +110,6 @@ class KubernetesRuntime:
         self._core = client.CoreV1Api(api_client)
         self._namespace = namespace
         self._template = copy.deepcopy(dict(pod_template))
-        self._restorer_image = restorer_image
         self._worker_env = dict(worker_env or {})
         self._check_nodes = check_nodes
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
@@ -134,6 +129,16 @@ class KubernetesRuntime:
         )
         self._reflector = watching.Reflector(
             self._request, self._health, resync_period, watch_timeout
+        )
+        self._launcher = pod_launching.PodLauncher(
+            self._core,
+            self._request,
+            namespace,
+            self._template,
+            restorer_image=restorer_image,
+            worker_env=self._worker_env,
+            informer=lambda: self._informer,
+            record=self._recorder.record,
         )
         self._closed = False
 
@@ -187,7 +192,7 @@ class KubernetesRuntime:
         )
         nodes_body: bytes | None = None
         if self._check_nodes:
-            (_, pods_body), (_, nodes_body) = await _both(
+            (_, pods_body), (_, nodes_body) = await waiting.both(
                 pods_call, self._request("list nodes", self._core.list_node)
             )
         else:
@@ -223,100 +228,19 @@ class KubernetesRuntime:
             informer.unsubscribe(swarm, wake)
 
     async def launch(self, spec: runtime.LaunchSpec) -> None:
-        """Create the attempt's Pod (sidecar injected), then its credential Secret owned by it.
-
-        The Pod goes first so the Secret can name it as owner (the cluster then deletes the
-        Secret with the Pod, whoever deletes that); the kubelet waits for a missing Secret. The
-        created Pod is listed from then on, even before the shared watch shows it.
-        """
+        """Create the attempt's Pod, then its credential Secret owned by it
+        (`pod_launching.PodLauncher.launch`). A removed attempt is never created again."""
         if (spec.swarm, spec.execution_id) in self._removed:
-            return  # removed is final: a removed attempt is never created again
-        name = templates.pod_name(spec.swarm, spec.execution_id)
-        try:
-            pod = templates.render_pod(
-                self._template,
-                spec,
-                namespace=self._namespace,
-                restorer_image=self._restorer_image,
-                defaults=self._worker_env,
-            )
-        except ValueError as exc:
-            raise runtime.PodsRefused(f"launch {name}: {exc}") from None
-        status, body = await self._request(
-            "create pod",
-            self._core.create_namespaced_pod,
-            self._namespace,
-            Body(pod),
-            tolerate=frozenset({409}),
-        )
-        if status == 409:
-            _, body = await self._request(
-                "read pod", self._core.read_namespaced_pod, name, self._namespace
-            )
-        existing = orjson.loads(body)
-        if status < 300 and self._informer is not None:
-            self._informer.launched(existing, time.monotonic())
-        if status < 300:
-            notice = notices.launched(spec.swarm, spec.seat, spec.execution_id, spec.generation)
-            if notice is not None:
-                pod_ref = event_bodies.PodRef(name, existing["metadata"].get("uid"))
-                self._recorder.record(notice, regarding=pod_ref)
-        labels = existing["metadata"].get("labels") or {}
-        if (labels.get(runtime.LABEL_SWARM), labels.get(runtime.LABEL_EXECUTION)) != (
-            spec.swarm,
-            spec.execution_id,
-        ):
-            raise runtime.PodsRefused(f"launch {name}: the Pod name is held by another attempt")
-        secret = templates.render_secret(
-            spec, namespace=self._namespace, owner_uid=existing["metadata"]["uid"]
-        )
-        status, _ = await self._request(
-            "create secret",
-            self._core.create_namespaced_secret,
-            self._namespace,
-            Body(secret),
-            tolerate=frozenset({409}),
-            quiet=True,
-        )
-        if status == 409:
-            # Left by an interrupted launch, perhaps with a credential since re-minted.
-            await self._request(
-                "update secret",
-                self._core.patch_namespaced_secret,
-                secret["metadata"]["name"],
-                self._namespace,
-                {
-                    "metadata": {"ownerReferences": secret["metadata"]["ownerReferences"]},
-                    "data": secret["data"],
-                },
-                quiet=True,
-            )
+            return  # removed is final
+        await self._launcher.launch(spec)
 
     async def remove(self, swarm: str, execution_id: str) -> None:
-        """Delete the attempt's Pod (no grace: the fence already took its authority) and Secret."""
+        """Delete the attempt's Pod (no grace: the fence already took its authority) and Secret,
+        and remember it removed (`pod_launching.PodLauncher.remove`)."""
         key = (swarm, execution_id)
         attempts.remember(self._removed, key, self._pod_ref(swarm, execution_id).uid)
         self._departed.pop(key, None)
-        options = Body(gracePeriodSeconds=0, propagationPolicy="Background")
-        await _both(
-            self._request(
-                "delete pod",
-                self._core.delete_namespaced_pod,
-                templates.pod_name(swarm, execution_id),
-                self._namespace,
-                body=options,
-                tolerate=frozenset({404}),
-            ),
-            self._request(
-                "delete secret",
-                self._core.delete_namespaced_secret,
-                templates.secret_name(swarm, execution_id),
-                self._namespace,
-                body=options,
-                tolerate=frozenset({404}),
-                quiet=True,
-            ),
-        )
+        await self._launcher.remove(swarm, execution_id)
 
     def start_recording(self, instance: str) -> None:
         """Post Kubernetes Events for notices from now on, as `instance` (see `recording`)."""
@@ -439,17 +363,6 @@ class KubernetesRuntime:
         if status >= 300 and status not in tolerate:
             raise api_errors.error(what, status, b"" if quiet else body, response)
         return status, body
-
-
-async def _both(first: Awaitable[_T], second: Awaitable[_U]) -> tuple[_T, _U]:
-    """Await two calls at once; when one fails, cancel the other before raising (no stray task)."""
-    one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
-    try:
-        return await one, await two
-    finally:
-        for task in (one, two):
-            task.cancel()
-        await asyncio.gather(one, two, return_exceptions=True)
 
 
 def _selector(swarm: str) -> str:
