@@ -96,7 +96,7 @@ from services.common.checkpoints import local, storing
 from services.common.checkpoints import records as ckpt
 from services.controller import hub as hubs
 from services.controller import recovering, replacing
-from services.controller.pods import kubernetes, runtime, templates
+from services.controller.pods import kubernetes, pod_launching, runtime, templates
 from services.controller.state import keys, reading, records
 from tests.e2e import test_controller_crash as crashes  # its kubeconfig for the emulator
 from tests.support import ports
@@ -535,7 +535,7 @@ async def bare_storm(
     `tuned`: the client built as the controller builds its own (`kubernetes.ApiClient`, bodies
     sent as they are), for the controller's overhead over the same client."""
     swarm = "tuned" if tuned else "bare"
-    wrap: Callable[[dict[str, Any]], dict[str, Any]] = kubernetes.Body if tuned else dict
+    wrap: Callable[[dict[str, Any]], dict[str, Any]] = pod_launching.Body if tuned else dict
     old = []
     for i in range(count):
         spec = runtime.LaunchSpec(
