@@ -157,7 +157,14 @@ def encode(record: Any, *, keep_empty: bool = False) -> dict[str, str]:
     out: dict[str, str] = {}
     for f in _fields(type(record)):
         value = getattr(record, f.attr)
-        if f.spec.encode is not None:
+        kind = type(value)
+        # The common cases first, by exact type (a storm encodes thousands of records).
+        if kind is str and f.spec.encode is None:
+            if value or keep_empty or f.spec.blank:
+                out[f.key] = value
+        elif kind is int and f.spec.encode is None:
+            out[f.key] = str(value)
+        elif f.spec.encode is not None:
             out.update(f.spec.encode(value))
         elif f.kind is directives.Directive:
             if value is not None:
@@ -196,28 +203,57 @@ def decode(cls: type[Any], h: Hash) -> Any:
         KeyError: a field the record cannot do without is missing.
         ValueError: a field does not hold what its type allows.
     """
-    return cls(**{f.attr: _decoded(f, h) for f in _fields(cls)})
+    decoders = _DECODERS.get(cls)
+    if decoders is None:
+        decoders = _DECODERS[cls] = tuple((f.attr, _decoder(f)) for f in _fields(cls))
+    return cls(**{attr: decoded(h) for attr, decoded in decoders})
 
 
-def _decoded(f: _Field, h: Hash) -> Any:
+_DECODERS: dict[type, tuple[tuple[str, Callable[[Hash], Any]], ...]] = {}
+"""Each record class's field readers, made once: a storm decodes thousands of records."""
+
+
+def _decoder(f: _Field) -> Callable[[Hash], Any]:
+    """How one field is read from a hash (worked out once per class, not per record)."""
     if f.spec.decode is not None:
-        return f.spec.decode(h)
+        return f.spec.decode
     if f.kind is directives.Directive:
-        if f.optional and not h.get("directive.recovery"):
-            return None
-        return directive(h)
-    raw = h.get(f.key)
-    if raw is None or raw == "":
-        return _absent(f, raw)
+        optional = f.optional
+
+        def read_directive(h: Hash) -> Any:
+            if optional and not h.get("directive.recovery"):
+                return None
+            return directive(h)
+
+        return read_directive
+    convert: Callable[[str], Any] | None
     if f.kind is bool:
-        return raw == "1"
-    if f.kind is str:
-        return raw
-    if f.kind is int:
-        return int(raw)
-    if isinstance(f.kind, type) and issubclass(f.kind, enum.Enum):
-        return f.kind(raw)
-    return _from_json(f.kind, json.loads(raw))
+        convert = _is_one
+    elif f.kind is str:
+        convert = None
+    elif f.kind is int:
+        convert = int
+    elif isinstance(f.kind, type) and issubclass(f.kind, enum.Enum):
+        convert = f.kind
+    else:
+        kind = f.kind
+
+        def convert(raw: str) -> Any:
+            return _from_json(kind, json.loads(raw))
+
+    key = f.key
+
+    def read(h: Hash) -> Any:
+        raw = h.get(key)
+        if raw is None or raw == "":
+            return _absent(f, raw)
+        return raw if convert is None else convert(raw)
+
+    return read
+
+
+def _is_one(raw: str) -> bool:
+    return raw == "1"
 
 
 def _absent(f: _Field, raw: str | None) -> Any:
