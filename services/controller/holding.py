@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from services.common import logs, redis_link, waiting
-from services.controller import observations, working
+from services.controller import losing, observations, working
 from services.controller.pods import runtime as pods
 from services.controller.state import scripting
 
@@ -125,7 +125,9 @@ async def _hold(
         shared = (share.wake(swarm),)
         shared[0].clear()
     if (share is not None and not share.may_take(swarm)) or not await lease.acquire():
-        # A standby: woken by a heartbeat (the share may have changed), else polled.
+        # A standby: woken by a heartbeat (the share may have changed), else polled. A loss
+        # it found while it held the lease is the new holder's to say now.
+        await losing.let_go(recovery)
         await waiting.first((stop, link.down, *shared), lease.ttl_ms / 3000)
         return True
     relist = asyncio.Event()

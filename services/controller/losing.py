@@ -99,6 +99,16 @@ async def recovered(recovery: recovering.Recovery) -> None:
     )
 
 
+async def let_go(recovery: recovering.Recovery) -> None:
+    """This replica no longer holds the swarm's lease: the loss is its holder's to say and
+    clear (the marker stays for `status`); this replica's readiness no longer counts it."""
+    if recovery.loss is None:
+        return
+    recovery.loss = None
+    if recovery.on_loss is not None:
+        await recovery.on_loss()
+
+
 async def refuse_if_lost(recovery: recovering.Recovery) -> None:
     """Refuse a read of the swarm's status while its state is marked lost (by whichever
     replica holds it): an empty or older status would look like the truth.

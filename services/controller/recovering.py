@@ -170,6 +170,7 @@ class Recovery:
         report = PassReport()
         if not self.lease.is_held():
             report.standby = True
+            await losing.let_go(self)
             return report
         try:
             async with self.seats.using() as session:

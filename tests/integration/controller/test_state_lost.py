@@ -128,3 +128,22 @@ def test_a_loss_needs_a_running_worker_or_a_newer_epoch() -> None:
     )
     unannotated = attempt("b", epoch=None)
     assert losses.detect(SWARM, known=True, listed=[unannotated], epoch=1) is None
+
+
+async def test_a_replica_that_lost_the_lease_no_longer_counts_the_loss(
+    redis_client: aioredis.Redis,
+) -> None:
+    """The loss is the lease holder's to say: a replica that found it and then lost the lease
+    (the marker stays, for `status`) is ready again as far as that swarm goes."""
+    hx = await h.start(redis_client)
+    await redis_client.flushall()
+    assert await hx.recovery.lease.acquire()
+    await hx.recovery.reconcile()
+    assert hx.recovery.loss is not None
+    await redis_client.delete(keys.lease(SWARM))
+    other = h.new_recovery(redis_client, hx.runtime, None)
+    assert await other.lease.acquire()
+    assert not await hx.recovery.lease.renew()
+    report = await hx.recovery.reconcile()
+    assert report.standby and hx.recovery.loss is None
+    assert await redis_client.get(keys.state_lost(SWARM)) is not None
