@@ -193,7 +193,7 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
     now = ctx.writer.clock()
     seats: list[dict[str, Any]] = []
     task_keys: list[str] = []
-    running = await _running_identities(ctx)
+    running: dict[str, pod_identities.Identity] | None = None  # listed once, if a seat is new
     for order, spec in enumerate(document.seats):
         existing = await reading.seat(ctx.client, ctx.swarm, spec.seat)
         if existing is not None and existing.task_id != spec.task_id:
@@ -212,7 +212,9 @@ async def apply(ctx: replacing.Context, document: SwarmDocument) -> Applied:
             legacy_spawn=spec.legacy_spawn,
             now=now,
         )
-        if existing is None and (identity := running.get(first.execution_id)) is not None:
+        if existing is None and running is None:
+            running = await _running_identities(ctx)
+        if existing is None and (identity := (running or {}).get(first.execution_id)):
             # Its records were lost while its first attempt runs: the attempt keeps the
             # credential and grants its worker holds, so they still answer (`pod_identities`).
             first = identity.token_ids.applied_to(first)
