@@ -89,137 +89,130 @@ async def test_redis_restarted_empty_is_state_lost_until_the_swarm_is_applied_ag
     document = tmp_path / "swarm.json"
     document.write_text(cs.document(SWARM, seats=SEATS, automation=False))
     try:
-        async with k8s_emulator.serving() as emulator, outage.controllers() as running:
-            pod_events: list[tuple[str, str]] = []
-            recorder = asyncio.create_task(outage.watch_pods(emulator, pod_events))
-            try:
-                ctl = await outage.start_controller(
-                    outage.controller_env(tmp_path, emulator, redis.url)
+        async with (
+            k8s_emulator.serving() as emulator,
+            outage.controllers() as running,
+            outage.recording_pods(emulator) as pod_events,
+        ):
+            ctl = await outage.start_controller(
+                outage.controller_env(tmp_path, emulator, redis.url)
+            )
+            running.append(ctl)
+
+            async def cli(*args: str) -> tuple[int, str, str]:
+                ran = await agentihooks(
+                    "swarm", SWARM, *args, control=ctl.grpc_addr, env=ctl.cli_env()
                 )
-                running.append(ctl)
+                return ran.code, ran.out, ran.err
 
-                async def cli(*args: str) -> tuple[int, str, str]:
-                    ran = await agentihooks(
-                        "swarm", SWARM, *args, control=ctl.grpc_addr, env=ctl.cli_env()
-                    )
-                    return ran.code, ran.out, ran.err
+            await outage.apply(ctl, document.read_text())
+            await ports.eventually(lambda: outage.launched(r, SWARM, SEATS, 1), timeout=WAIT_S)
+            outage.fail_pod(emulator, SWARM, FIRST["eng-1"])
+            await ports.eventually(lambda: awaiting(r, FIRST["eng-1"]), timeout=WAIT_S)
+            status, body = await decide_over_http(ctl, FIRST["eng-1"], "fresh")
+            assert status == 200 and body["state"] == "accepted", body
+            await ports.eventually(lambda: outage.launched(r, SWARM, ("eng-1",), 2), timeout=WAIT_S)
+            held = {s: await reading.execution(r, SWARM, FIRST[s]) for s in ("eng-2", "eng-3")}
+            epoch_before = int(await r.get(keys.epoch(SWARM)) or 0)
 
-                await outage.apply(ctl, document.read_text())
-                await ports.eventually(lambda: outage.launched(r, SWARM, SEATS, 1), timeout=WAIT_S)
-                outage.fail_pod(emulator, SWARM, FIRST["eng-1"])
-                await ports.eventually(lambda: awaiting(r, FIRST["eng-1"]), timeout=WAIT_S)
-                status, body = await decide_over_http(ctl, FIRST["eng-1"], "fresh")
-                assert status == 200 and body["state"] == "accepted", body
-                await ports.eventually(
-                    lambda: outage.launched(r, SWARM, ("eng-1",), 2), timeout=WAIT_S
+            await asyncio.to_thread(restart_empty, redis)
+
+            async def loud() -> None:
+                code, body = await ctl.readyz()
+                assert (code, body.get("reason")) == (503, losses.REASON), body
+                assert await ctl.serving() == (outage.NOT_SERVING, outage.NOT_SERVING)
+                assert await metric(ctl, f'agentihooks_state_lost{{swarm="{SWARM}"}} 1.0')
+
+            await ports.eventually(loud, timeout=WAIT_S)
+            [line] = ctl.events(losses.REASON)
+            assert line["swarm"] == SWARM and line["kind"] == "records_missing", line
+            assert line["pods"] == 3 and line["newest_epoch"] == epoch_before, line
+            assert "agentihooks swarm apply" in line["message"]
+            code, out, err = await cli("status")
+            assert code == exits.EXIT_UNAVAILABLE and "(state_lost)" in err, (out, err)
+            assert "apply the swarm's document again" in err
+            live = sorted(
+                templates.pod_name(SWARM, e)
+                for e in (SECOND["eng-1"], *FIRST.values())
+                if e != FIRST["eng-1"]
+            )
+
+            async def told() -> None:
+                assert state_lost_events(emulator) == live
+
+            await ports.eventually(told, timeout=WAIT_S)
+            # Nothing of the swarm's recovery state was written meanwhile.
+            written = {k.decode() for k in await r.keys(f"agentihooks:{{{SWARM}}}:*")}
+            assert written <= {keys.lease(SWARM), keys.epoch(SWARM), keys.state_lost(SWARM)}, (
+                written
+            )
+
+            # The documented operator command.
+            code, out, err = await cli("apply", str(document))
+            assert code == 0, (out, err)
+
+            async def back() -> None:
+                code, body = await ctl.readyz()
+                assert code == 200, body
+                assert await ctl.serving() == (outage.SERVING, outage.SERVING)
+                assert await r.get(keys.state_lost(SWARM)) is None
+                seat = await reading.seat(r, SWARM, "eng-1")
+                assert seat is not None and seat.current_execution_id == SECOND["eng-1"]
+
+            await ports.eventually(back, timeout=WAIT_S)
+            assert ctl.events("state_recovered")
+            assert int(await r.get(keys.epoch(SWARM)) or 0) > epoch_before
+            kept = await reading.decision(r, SWARM, FIRST["eng-1"])
+            assert kept is not None and kept.state is records.DecisionState.ACCEPTED
+            assert kept.replacement_execution_id == SECOND["eng-1"], kept
+            fence = await reading.fence(r, SWARM, FIRST["eng-1"])
+            assert fence is not None and fence.reason == "application_exit", fence
+            status, body = await decide_over_http(ctl, FIRST["eng-1"], "fresh")
+            assert status == 200 and body["repeated"], body
+            status, body = await decide_over_http(ctl, FIRST["eng-1"], "resume")
+            assert body["reason"] == "no recovery decision is pending for this attempt"
+            code, out, err = await cli("status")
+            assert code == 0, (out, err)
+            for seat in ("eng-2", "eng-3"):
+                adopted = await reading.execution(r, SWARM, FIRST[seat])
+                before = held[seat]
+                assert adopted is not None and before is not None
+                assert adopted.credential_id == before.credential_id, seat
+                assert adopted.capture_grant_id == before.capture_grant_id, seat
+                # The worker's own credential answers: its launch record is served.
+                launch = await ctl.stub.GetLaunchRecord(
+                    pb.GetLaunchRecordRequest(),
+                    metadata=cs.md(credential(emulator, FIRST[seat])),
+                    timeout=WAIT_S,
                 )
-                held = {s: await reading.execution(r, SWARM, FIRST[s]) for s in ("eng-2", "eng-3")}
-                epoch_before = int(await r.get(keys.epoch(SWARM)) or 0)
+                assert launch.scope.execution_id == FIRST[seat]
 
-                await asyncio.to_thread(restart_empty, redis)
-
-                async def loud() -> None:
-                    code, body = await ctl.readyz()
-                    assert (code, body.get("reason")) == (503, losses.REASON), body
-                    assert await ctl.serving() == (outage.NOT_SERVING, outage.NOT_SERVING)
-                    assert await metric(ctl, f'agentihooks_state_lost{{swarm="{SWARM}"}} 1.0')
-
-                await ports.eventually(loud, timeout=WAIT_S)
-                [line] = ctl.events(losses.REASON)
-                assert line["swarm"] == SWARM and line["kind"] == "records_missing", line
-                assert line["pods"] == 3 and line["newest_epoch"] == epoch_before, line
-                assert "agentihooks swarm apply" in line["message"]
-                code, out, err = await cli("status")
-                assert code == exits.EXIT_UNAVAILABLE and "(state_lost)" in err, (out, err)
-                assert "apply the swarm's document again" in err
-                live = sorted(
-                    templates.pod_name(SWARM, e)
-                    for e in (SECOND["eng-1"], *FIRST.values())
-                    if e != FIRST["eng-1"]
-                )
-
-                async def told() -> None:
-                    assert state_lost_events(emulator) == live
-
-                await ports.eventually(told, timeout=WAIT_S)
-                # Nothing of the swarm's recovery state was written meanwhile.
-                written = {k.decode() for k in await r.keys(f"agentihooks:{{{SWARM}}}:*")}
-                assert written <= {keys.lease(SWARM), keys.epoch(SWARM), keys.state_lost(SWARM)}, (
-                    written
-                )
-
-                # The documented operator command.
-                code, out, err = await cli("apply", str(document))
-                assert code == 0, (out, err)
-
-                async def back() -> None:
-                    code, body = await ctl.readyz()
-                    assert code == 200, body
-                    assert await ctl.serving() == (outage.SERVING, outage.SERVING)
-                    assert await r.get(keys.state_lost(SWARM)) is None
-                    seat = await reading.seat(r, SWARM, "eng-1")
-                    assert seat is not None and seat.current_execution_id == SECOND["eng-1"]
-
-                await ports.eventually(back, timeout=WAIT_S)
-                assert ctl.events("state_recovered")
-                assert int(await r.get(keys.epoch(SWARM)) or 0) > epoch_before
-                kept = await reading.decision(r, SWARM, FIRST["eng-1"])
-                assert kept is not None and kept.state is records.DecisionState.ACCEPTED
-                assert kept.replacement_execution_id == SECOND["eng-1"], kept
-                fence = await reading.fence(r, SWARM, FIRST["eng-1"])
-                assert fence is not None and fence.reason == "application_exit", fence
-                status, body = await decide_over_http(ctl, FIRST["eng-1"], "fresh")
-                assert status == 200 and body["repeated"], body
-                status, body = await decide_over_http(ctl, FIRST["eng-1"], "resume")
-                assert body["reason"] == "no recovery decision is pending for this attempt"
-                code, out, err = await cli("status")
-                assert code == 0, (out, err)
-                for seat in ("eng-2", "eng-3"):
-                    adopted = await reading.execution(r, SWARM, FIRST[seat])
-                    before = held[seat]
-                    assert adopted is not None and before is not None
-                    assert adopted.credential_id == before.credential_id, seat
-                    assert adopted.capture_grant_id == before.capture_grant_id, seat
-                    # The worker's own credential answers: its launch record is served.
-                    launch = await ctl.stub.GetLaunchRecord(
-                        pb.GetLaunchRecordRequest(),
-                        metadata=cs.md(credential(emulator, FIRST[seat])),
-                        timeout=WAIT_S,
-                    )
-                    assert launch.scope.execution_id == FIRST[seat]
-
-                # A later failure is recovered as before the loss.
-                outage.fail_pod(emulator, SWARM, FIRST["eng-3"])
-                await ports.eventually(lambda: awaiting(r, FIRST["eng-3"]), timeout=WAIT_S)
-                status, body = await decide_over_http(ctl, FIRST["eng-3"], "fresh")
-                assert status == 200 and body["state"] == "accepted", body
-                await ports.eventually(
-                    lambda: outage.launched(r, SWARM, ("eng-3",), 2), timeout=WAIT_S
-                )
-                # Each Pod created once; only the lost attempts' Pods deleted, once each.
-                await outage.pods_caught_up(emulator, pod_events)
-                seen = collections.Counter(
-                    (t, e) for t, e in pod_events if t != "MODIFIED" and e.startswith(SWARM)
-                )
-                assert seen == collections.Counter(
-                    {
-                        ("ADDED", FIRST["eng-1"]): 1,
-                        ("ADDED", FIRST["eng-2"]): 1,
-                        ("ADDED", FIRST["eng-3"]): 1,
-                        ("ADDED", SECOND["eng-1"]): 1,
-                        ("ADDED", SECOND["eng-3"]): 1,
-                        ("DELETED", FIRST["eng-1"]): 1,
-                        ("DELETED", FIRST["eng-3"]): 1,
-                    }
-                ), seen
-                assert len(ctl.events(losses.REASON)) == 1
-                assert ctl.alive()
-                assert await ctl.stop() == 0
-                outage.clean_log(ctl)
-            finally:
-                emulator.drop_watches()
-                recorder.cancel()
-                await asyncio.gather(recorder, return_exceptions=True)
+            # A later failure is recovered as before the loss.
+            outage.fail_pod(emulator, SWARM, FIRST["eng-3"])
+            await ports.eventually(lambda: awaiting(r, FIRST["eng-3"]), timeout=WAIT_S)
+            status, body = await decide_over_http(ctl, FIRST["eng-3"], "fresh")
+            assert status == 200 and body["state"] == "accepted", body
+            await ports.eventually(lambda: outage.launched(r, SWARM, ("eng-3",), 2), timeout=WAIT_S)
+            # Each Pod created once; only the lost attempts' Pods deleted, once each.
+            await outage.pods_caught_up(emulator, pod_events)
+            seen = collections.Counter(
+                (t, e) for t, e in pod_events if t != "MODIFIED" and e.startswith(SWARM)
+            )
+            assert seen == collections.Counter(
+                {
+                    ("ADDED", FIRST["eng-1"]): 1,
+                    ("ADDED", FIRST["eng-2"]): 1,
+                    ("ADDED", FIRST["eng-3"]): 1,
+                    ("ADDED", SECOND["eng-1"]): 1,
+                    ("ADDED", SECOND["eng-3"]): 1,
+                    ("DELETED", FIRST["eng-1"]): 1,
+                    ("DELETED", FIRST["eng-3"]): 1,
+                }
+            ), seen
+            assert len(ctl.events(losses.REASON)) == 1
+            assert ctl.alive()
+            assert await ctl.stop() == 0
+            outage.clean_log(ctl)
     finally:
         await r.aclose()
         redis.kill()

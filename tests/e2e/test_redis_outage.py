@@ -226,6 +226,22 @@ def clean_log(ctl: Controller) -> None:
     ]
 
 
+@contextlib.asynccontextmanager
+async def recording_pods(
+    emulator: k8s_emulator.K8sEmulator,
+) -> AsyncIterator[list[tuple[str, str]]]:
+    """Every Pod event of the namespace as (type, execution) while the block runs
+    (`watch_pods`); the emulator's watches are dropped at its end."""
+    pod_events: list[tuple[str, str]] = []
+    recorder = asyncio.create_task(watch_pods(emulator, pod_events))
+    try:
+        yield pod_events
+    finally:
+        emulator.drop_watches()
+        recorder.cancel()
+        await asyncio.gather(recorder, return_exceptions=True)
+
+
 async def pods_caught_up(
     emulator: k8s_emulator.K8sEmulator, pod_events: list[tuple[str, str]]
 ) -> None:
@@ -469,9 +485,7 @@ async def test_redis_killed_mid_recovery_and_restarted_ends_with_everything_done
         async with k8s_emulator.serving() as emulator, controllers() as running:
             calls = KillRedisOnCall(emulator.calls)
             emulator.calls = calls
-            pod_events: list[tuple[str, str]] = []
-            recorder = asyncio.create_task(watch_pods(emulator, pod_events))
-            try:
+            async with recording_pods(emulator) as pod_events:
                 ctl = await start_controller(controller_env(tmp_path, emulator, redis.url))
                 running.append(ctl)
                 document = json.loads(cs.document(swarm, seats=seats, legacy=True))
@@ -540,10 +554,6 @@ async def test_redis_killed_mid_recovery_and_restarted_ends_with_everything_done
                 await ports.eventually(lambda: launched(r, swarm, ("eng-1",), 3), timeout=WAIT_S)
                 assert await ctl.stop() == 0
                 clean_log(ctl)
-            finally:
-                emulator.drop_watches()
-                recorder.cancel()
-                await asyncio.gather(recorder, return_exceptions=True)
     finally:
         await r.aclose()
         redis.kill()
