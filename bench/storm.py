@@ -113,6 +113,9 @@ STORM_SEATS = 1_000
 SWARMS, SWARM_SEATS = 100, 10
 SHARED_SWARMS, SHARED_SEATS = 30, 33
 IDLE_SWARMS, IDLE_SEATS, IDLE_S = 200, 5, 20.0
+SCALE_SWARMS = int(os.environ.get("STORM_SCALE_SWARMS", "5000"))
+SCALE_SEATS, SCALE_IDLE_S, SCALE_SETTLE_S, SCALE_SCRAPE_S = 10, 60.0, 15.0, 5.0
+SCALE_LEASE_MS, SCALE_FAILURES = 10_000, 20
 CHECKPOINTS = 4
 """Checkpoints per task in the native storm (the newest native); deciding reads the task's."""
 ROUNDS = int(os.environ.get("STORM_ROUNDS", "3"))
@@ -701,7 +704,9 @@ class Process:
         await self.reader
 
 
-async def start_process(folder: pathlib.Path, server: ApiServer, redis_url: str) -> Process:
+async def start_process(
+    folder: pathlib.Path, server: ApiServer, redis_url: str, *, lease_ms: int = 2000
+) -> Process:
     """`python -m services.controller.main` on the emulator; returns once it listens."""
     grpc_port, http_port = ports.free_port(), ports.free_port()
     env = {
@@ -714,7 +719,7 @@ async def start_process(folder: pathlib.Path, server: ApiServer, redis_url: str)
         "AGENTIHOOKS_WORKER_IMAGE": IMAGE,
         "AGENTIHOOKS_RUNTIME": "kubernetes",
         "AGENTIHOOKS_NAMESPACE": NS,
-        "AGENTIHOOKS_LEASE_MS": "2000",
+        "AGENTIHOOKS_LEASE_MS": str(lease_ms),
     }
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.controller.main",
@@ -893,7 +898,126 @@ async def idle(redis: aioredis.Redis, redis_url: str) -> float:
     return ratio
 
 
-SCENARIOS = ("fresh", "native", "swarms", "shared", "kill", "idle")
+_SLACK = re.compile(rb"^agentihooks_lease_renewal_slack_seconds (\\S+)$", re.M)
+_HELD = re.compile(rb"^agentihooks_leases_held (\\S+)$", re.M)
+
+
+def rss_mib(pid: int) -> float:
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def lost_leases(log: list[bytes]) -> int:
+    """`lease_lost` lines the controller wrote about its own leases."""
+    return sum(
+        1 for line in log if b'"event": "lease_lost"' in line or b'"event":"lease_lost"' in line
+    )
+
+
+async def scale(redis: aioredis.Redis, redis_url: str) -> float:
+    """Scenario 7: one controller process holding `SCALE_SWARMS` swarms of `SCALE_SEATS` seats
+    (the default lease time): idle CPU, memory, the lowest renewal slack its /metrics showed,
+    how long /metrics took, leases it lost on its own, then failures one at a time among the
+    swarms: failure -> replacement Pod created."""
+    swarms = swarm_names("scale", SCALE_SWARMS)
+    await redis.flushall()
+    async with ApiServer() as server:
+        began = time.perf_counter()
+        await declare(server, redis, swarms, SCALE_SEATS)
+        print(f"scale: {SCALE_SWARMS} swarms x {SCALE_SEATS} seats declared in "
+              f"{time.perf_counter() - began:.0f} s")  # fmt: skip
+        with tempfile.TemporaryDirectory() as folder:
+            controller = await start_process(
+                pathlib.Path(folder), server, redis_url, lease_ms=SCALE_LEASE_MS
+            )
+            try:
+                async with aiohttp.ClientSession(
+                    timeout=aiohttp.ClientTimeout(total=120)
+                ) as session:
+                    return await _scale_measure(server, redis, session, controller, swarms)
+            finally:
+                await controller.stop()
+
+
+async def _scale_measure(
+    server: ApiServer,
+    redis: aioredis.Redis,
+    session: aiohttp.ClientSession,
+    controller: Process,
+    swarms: list[str],
+) -> float:
+    began = time.perf_counter()
+
+    async def leading() -> None:
+        held = await holders(redis, swarms)
+        assert "-" not in held and "setup" not in held, held.most_common(3)
+
+    await ports.eventually(leading, timeout=WAIT_S, every=1.0)
+    print(f"  every lease held {time.perf_counter() - began:.0f} s after the controller listened")
+    await asyncio.sleep(SCALE_SETTLE_S)
+    scrapes: list[float] = []
+    slacks: list[float] = []
+    held_seen: list[float] = []
+
+    async def scrape() -> None:
+        t = time.perf_counter()
+        async with session.get(f"{controller.http}/metrics") as response:
+            body = await response.read()
+        scrapes.append(time.perf_counter() - t)
+        slacks.extend(float(m[1]) for m in _SLACK.finditer(body))
+        held_seen.extend(float(m[1]) for m in _HELD.finditer(body))
+
+    lost0 = lost_leases(controller.log)
+    cpu0, calls0, t0 = controller.cpu(), server.calls(), time.perf_counter()
+    while time.perf_counter() - t0 < SCALE_IDLE_S:
+        await asyncio.sleep(SCALE_SCRAPE_S)
+        await scrape()
+    seconds = time.perf_counter() - t0
+    cpu, calls = controller.cpu() - cpu0, server.calls() - calls0
+    commands_note = sum(calls.values()) / seconds
+    # Failures one at a time, each in another swarm: failure -> replacement Pod created.
+    latencies: list[float] = []
+    for i in range(SCALE_FAILURES):
+        swarm = swarms[(i * 97) % len(swarms)]
+        execution = keys.execution_id(swarm, base.seat_name(i % SCALE_SEATS), 1)
+        before = server.k8s.calls["create pods"]
+        t = time.perf_counter()
+        await server.call(
+            server.k8s.set_pod_status, NS, templates.pod_name(swarm, execution),
+            base.pod_status(i, i % 4),
+        )  # fmt: skip
+        await until(lambda before=before: server.k8s.calls["create pods"] > before, every=0.002)
+        latencies.append(time.perf_counter() - t)
+    await scrape()
+    lost = lost_leases(controller.log) - lost0
+    held = await holders(redis, swarms)
+    mine = max(held.values()) if held else 0
+    latencies.sort()
+    p50 = latencies[len(latencies) // 2] * 1000
+    p99 = latencies[min(len(latencies) - 1, round(len(latencies) * 0.99))] * 1000
+    lowest = min(slacks, default=float("nan"))
+    median = sorted(scrapes)[len(scrapes) // 2] * 1000
+    rss = rss_mib(controller.proc.pid)
+    print(f"  idle {seconds:.0f} s: controller CPU {cpu / seconds * 100:.1f}% of one core, "
+          f"RSS {rss:.0f} MiB, API requests {commands_note:.1f}/s")  # fmt: skip
+    fewest = int(min(held_seen, default=0))
+    print(f"  lease renewal slack: lowest {lowest:.2f} s of {SCALE_LEASE_MS / 1000:.0f} s "
+          f"({len(slacks)} scrapes); leases held per /metrics: {fewest}")  # fmt: skip
+    print(f"  /metrics: max {max(scrapes) * 1000:.0f} ms, median {median:.0f} ms over "
+          f"{len(scrapes)} scrapes")  # fmt: skip
+    print(f"  failure -> replacement Pod created, {SCALE_FAILURES} failures one at a time: "
+          f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")  # fmt: skip
+    print(f"  leases lost by the controller on its own: {lost}; swarms it holds: {mine} of "
+          f"{len(swarms)}")  # fmt: skip
+    ratio = mine / len(swarms) if lost == 0 else 0.0
+    verdict = "ok" if ratio >= 1.0 and max(scrapes) < 1.0 else "short"
+    print(f"RESULT storm_scale ratio={ratio:.2f} target=1.0 {verdict}")
+    return ratio
+
+
+SCENARIOS = ("fresh", "native", "swarms", "shared", "kill", "idle", "scale")
 
 
 async def main() -> int:
@@ -919,6 +1043,8 @@ async def main() -> int:
             await killed(redis, redis_url)
         if "idle" in parts:
             await idle(redis, redis_url)
+        if "scale" in parts:
+            await scale(redis, redis_url)
     return 0
 
 

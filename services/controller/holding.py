@@ -215,6 +215,10 @@ async def _hold(
                             break
                         passed = True
                         await _between_passes(session, relist, wakes, interval_s)
+                        if recovery.pacer is not None and not _woken(relist, wakes):
+                            # Nobody asked: this resync waits for its turn among the process's
+                            # swarms (`pacing`); the watch's asking cuts the wait short.
+                            await waiting.first((relist, *wakes), recovery.pacer.delay())
             finally:
                 watch.cancel()
                 _, stuck = await asyncio.wait([watch], timeout=HELPER_STOP_S)
@@ -261,6 +265,10 @@ async def _between_passes(
     await waiting.first((relist, *wakes), max(0.0, interval_s - (loop.time() - started)))
     if session.busy and not relist.is_set():
         await waiting.first((relist, session.queue.idle_event, *wakes), interval_s)
+
+
+def _woken(relist: asyncio.Event, wakes: tuple[asyncio.Event, ...]) -> bool:
+    return relist.is_set() or any(event.is_set() for event in wakes)
 
 
 def _check_interrupted(recovery: recovering.Recovery, session: working.Session) -> None:

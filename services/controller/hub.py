@@ -25,13 +25,14 @@ from services.controller import (
     authorizing,
     losses,
     metrics,
+    pacing,
     recovering,
     relaying,
     replacing,
     sharing,
 )
 from services.controller.pods import runtime as pods
-from services.controller.state import keys, leasing, reading, records
+from services.controller.state import keys, leasing, reading, records, scripting
 
 log = logging.getLogger("services.controller.hub")
 
@@ -68,6 +69,8 @@ class Hub:
         entry_point: The worker entry point put before each swarm's command.
         link: Whether Redis answers (one per process); the hub's own by default.
         redis_wait: How durable a write must be before a call is answered accepted.
+        resync_rate: At most how many resyncs nobody asked for run a second, across every
+            swarm (`pacing`).
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class Hub:
         runtime_name: str = "local",
         link: redis_link.RedisLink | None = None,
         redis_wait: settings.RedisWait | None = None,
+        resync_rate: float = pacing.RATE,
     ) -> None:
         self.client = client
         self.link = link or redis_link.RedisLink(client)
@@ -101,6 +105,11 @@ class Hub:
         self._store_addr = store_addr
         self._entry_point = entry_point
         self._redis_wait = redis_wait
+        # Shared by every swarm: one script registry, one round of lease renewals, one pace
+        # for the resyncs nobody asked for (what keeps thousands of idle swarms cheap).
+        self.scripts = scripting.Scripts(client)
+        self.renewals = leasing.Renewals(self.scripts, lease_ttl_ms)
+        self.pacer = pacing.Pacer(resync_rate)
         self.principals = authorizing.Principals(
             client, operator_token=operator_token, grant_key=grant_key
         )
@@ -143,6 +152,9 @@ class Hub:
             link=self.link,
             share=self.sharing,
             redis_wait=self._redis_wait,
+            scripts=self.scripts,
+            renewals=self.renewals,
+            pacer=self.pacer,
         )
         recovery.on_loss = self._loss_changed
         return recovery
@@ -308,8 +320,9 @@ class Hub:
         """The Prometheus exposition, with Redis-backed figures read now (the last ones read
         while Redis does not answer: the process's own counters are served all the same)."""
         try:
+            self.metrics.leases(self.renewals)
             if self.link.available is not False:
-                await self.metrics.refresh(self.recoveries)
+                await self.metrics.refresh(self.client, self.recoveries)
         except Exception as exc:
             if not redis_link.unreachable(exc):
                 raise

@@ -12,7 +12,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from services.common import redis_link
 from services.controller import recovering
+from services.controller.state import leasing, reading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -101,6 +103,17 @@ class Metrics:
             registry=self.registry,
         )
         self.kubernetes_available.set(1.0)
+        self.leases_held = Gauge(
+            "agentihooks_leases_held",
+            "Swarm leases this controller holds and renews",
+            registry=self.registry,
+        )
+        self.renewal_slack = Gauge(
+            "agentihooks_lease_renewal_slack_seconds",
+            "Lease time the lowest lease had left when the latest renewal round confirmed it"
+            " (near 0: renewals are starved and leases about to be lost)",
+            registry=self.registry,
+        )
 
     def _per_swarm(self, name: str, documentation: str) -> Counter:
         return Counter(name, documentation, ["swarm"], registry=self.registry)
@@ -121,12 +134,22 @@ class Metrics:
         elif not report.queued:
             self.pass_seconds.labels(swarm).observe(report.seconds)
 
-    async def refresh(self, recoveries: dict[str, recovering.Recovery]) -> None:
-        """Read the Redis-backed figures of every swarm (before a scrape)."""
-        for swarm, recovery in recoveries.items():
-            self._outcomes.lost[swarm] = recovery.loss is not None
-            self._outcomes.by_swarm[swarm] = await recovery.restore_outcomes_by_type()
-            self._outcomes.paused[swarm] = await recovery.paused()
+    async def refresh(
+        self, client: redis_link.Client, recoveries: dict[str, recovering.Recovery]
+    ) -> None:
+        """Read the Redis-backed figures of every swarm (before a scrape), in one pipeline."""
+        swarms = sorted(recoveries)
+        found = await reading.outcomes_and_pauses(client, swarms)
+        for swarm in swarms:
+            self._outcomes.lost[swarm] = recoveries[swarm].loss is not None
+            self._outcomes.by_swarm[swarm], self._outcomes.paused[swarm] = found[swarm]
+
+    def leases(self, renewals: leasing.Renewals) -> None:
+        """The leases this process renews, and how much lease time its latest renewal round
+        left the lowest of them."""
+        self.leases_held.set(renewals.held)
+        if renewals.slack_s is not None:
+            self.renewal_slack.set(renewals.slack_s)
 
     def render(self) -> bytes:
         rendered: bytes = generate_latest(self.registry)

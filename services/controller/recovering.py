@@ -35,6 +35,7 @@ from services.controller import (
     losses,
     observations,
     outcomes,
+    pacing,
     reconciling,
     replacing,
     resyncing,
@@ -89,6 +90,10 @@ class Recovery:
             swarms (`sharing.Sharing`); None: it takes every lease it can.
         redis_wait: How durable a write must be before a call is answered accepted (see
             `acknowledging`); by default nothing is waited for.
+        renewals: Who renews the lease (a process renews all its swarms' leases together);
+            its own by default.
+        pacer: What spaces the resyncs nobody asked for across a process's swarms
+            (`pacing`); None: every `interval_s`.
     """
 
     def __init__(
@@ -109,6 +114,8 @@ class Recovery:
         link: redis_link.RedisLink | None = None,
         share: sharing.Sharing | None = None,
         redis_wait: settings.RedisWait | None = None,
+        renewals: leasing.Renewals | None = None,
+        pacer: pacing.Pacer | None = None,
     ) -> None:
         self.client = client
         self.durability = durable.Durability(client, redis_wait or settings.RedisWait())
@@ -123,8 +130,13 @@ class Recovery:
         self.runtime = runtime
         self.scripts = scripts or scripting.Scripts(client)
         self.lease = leasing.Lease(
-            self.scripts, swarm, holder or leasing.new_holder(), ttl_ms=lease_ttl_ms
+            self.scripts,
+            swarm,
+            holder or leasing.new_holder(),
+            ttl_ms=lease_ttl_ms,
+            renewals=renewals,
         )
+        self.pacer = pacer
         self.writer = writing.Writer(self.lease, clock=clock)
         self.ctx = replacing.Context(
             client=client,

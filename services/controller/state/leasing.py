@@ -8,10 +8,12 @@ a new one when it expired. Renewal and release run through the guarded script ru
 succeed only while the lease still names this holder and epoch. Correctness never rests on this
 object's local view (`is_held`): every write re-checks the lease in Redis.
 
-The renewer tells two failures apart. A renewal refused as `lease_lost` (another holder or epoch
-now) sets `lost`: the holder stops at once and goes back to acquiring. A renewal that could not
-reach Redis sets `interrupted` and keeps renewing at its pace (the lease may still be ours when
-Redis answers again); the holder stops its work, waits for Redis and acquires again.
+A process renews all the leases it works under together (`Renewals`: one pipelined round every
+third of the TTL), and tells two failures apart. A renewal refused as `lease_lost` (another
+holder or epoch now) sets `lost`: the holder stops at once and goes back to acquiring. A renewal
+that could not reach Redis sets `interrupted` and rounds go on at their pace (the lease may
+still be ours when Redis answers again); the holder stops its work, waits for Redis and acquires
+again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from services.common import logs, redis_link
 from services.controller.state import housekeeping, keys, scripting
@@ -46,12 +48,21 @@ class Lease:
         swarm: The swarm.
         holder: This controller's holder id (fresh per process start).
         ttl_ms: How long the lease lives without renewal.
+        renewals: The process's renewal rounds; its own by default.
     """
 
     def __init__(
-        self, scripts: scripting.Scripts, swarm: str, holder: str, *, ttl_ms: int = 10_000
+        self,
+        scripts: scripting.Scripts,
+        swarm: str,
+        holder: str,
+        *,
+        ttl_ms: int = 10_000,
+        renewals: Renewals | None = None,
     ) -> None:
         self.scripts = scripts
+        self.renewals = renewals or Renewals(scripts, ttl_ms)
+        """Who renews this lease while it is worked under (a process shares one)."""
         self.swarm = swarm
         self.holder = holder
         self.ttl_ms = ttl_ms
@@ -143,48 +154,158 @@ class Lease:
         """Drop the local view (the holder stopped working under it; Redis is not asked)."""
         self._valid_until = 0.0
 
-    async def _renew_forever(self, stop: asyncio.Event) -> None:
-        interval = self.ttl_ms / 3000
-        while not stop.is_set():
-            if await redis_link.wait(stop, interval):
-                return
-            try:
-                if not await self.renew():
-                    return  # lease_lost: `lost` is set, the holder stops at once
-            except Exception as exc:
-                # Redis unreachable (or a surprise): the holder stops its work and acquires
-                # again once Redis answers; renewing goes on meanwhile (at this pace, one line
-                # each), and the local view expires on its own.
-                reachable = not redis_link.unreachable(exc)
-                logs.event(
-                    log,
-                    "lease_renew_failed",
-                    logging.ERROR if reachable else logging.WARNING,
-                    swarm=self.swarm,
-                    holder=self.holder,
-                    epoch=self.epoch,
-                    exception=type(exc).__name__,
-                    retry_in_s=round(interval, 3),
-                    **({} if reachable else {"variable": redis_link.VARIABLE}),
-                )
-                self.interrupted.set()
-
     @contextlib.asynccontextmanager
     async def renewing(self) -> AsyncIterator[Lease]:
-        """Renew in the background while the block runs (every third of the TTL)."""
-        # The renewer is stopped by an event, not only by cancellation: a cancellation that lands
-        # inside a Redis command can be lost by the client, and the renewer would then go on
-        # renewing a lease the controller is giving up.
-        stop = asyncio.Event()
-        task = asyncio.create_task(self._renew_forever(stop), name=f"lease-renewer-{self.swarm}")
-        try:
+        """Keep the lease renewed while the block runs: in `renewals`' rounds, every third of
+        the TTL. Once the block is left no renewal of this lease is sent or in flight."""
+        async with self.renewals.keeping(self):
             yield self
+
+
+class Renewals:
+    """Renews every lease a process holds together: one round of `lease_renew` scripts in one
+    pipeline every third of the lease time, so a thousand swarms cost one round trip (per Redis
+    node) and one task, not a thousand of each, and no swarm's passes delay another's renewal.
+
+    A renewal refused as `lease_lost` sets that lease's `lost`; a round that could not reach
+    Redis sets `interrupted` on every lease it could not renew and says so in one
+    `lease_renew_failed` line, and rounds go on at their pace. When the pipeline fails as a
+    whole, each lease is renewed on its own (a Cluster node away must not cost the leases on
+    the others).
+
+    `slack_s` is how much lease time the lowest lease had left when the latest round confirmed
+    its renewal (the lease time less the gap between two renewals): a loop that starves its
+    renewals shows here first, long before a lease is lost.
+
+    Args:
+        scripts: The script runner.
+        ttl_ms: The lease time of the leases it renews.
+    """
+
+    def __init__(self, scripts: scripting.Scripts, ttl_ms: int) -> None:
+        self.scripts = scripts
+        self.ttl_ms = ttl_ms
+        self._leases: dict[Lease, None] = {}
+        self._in_flight: frozenset[Lease] = frozenset()
+        self._round_done = asyncio.Event()
+        self._round_done.set()
+        self._task: asyncio.Task[None] | None = None
+        self._empty = asyncio.Event()
+        self.slack_s: float | None = None
+        """The lowest lease time left when the latest round confirmed a renewal (seconds)."""
+
+    @property
+    def interval_s(self) -> float:
+        return self.ttl_ms / 3000
+
+    @property
+    def held(self) -> int:
+        """How many leases are being renewed."""
+        return len(self._leases)
+
+    @contextlib.asynccontextmanager
+    async def keeping(self, lease: Lease) -> AsyncIterator[None]:
+        """Renew `lease` in every round while the block runs."""
+        self._leases[lease] = None
+        self._empty.clear()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="lease-renewals")
+        try:
+            yield
         finally:
-            stop.set()
-            try:
-                async with asyncio.timeout(self.ttl_ms / 1000):
-                    await asyncio.shield(task)
-            except TimeoutError:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            self._leases.pop(lease, None)
+            if lease in self._in_flight:
+                # Its renewal was sent: wait for the answer so that none is in flight once the
+                # holder gives the lease up (release, or stop working under it).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.ttl_ms / 1000):
+                        await self._round_done.wait()
+            if not self._leases:
+                self._empty.set()
+                task = self._task
+                if task is not None and task is not asyncio.current_task():
+                    # Nothing left to renew: the rounds end now, not at their next tick.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self.ttl_ms / 1000):
+                            await asyncio.shield(task)
+
+    async def _run(self) -> None:
+        try:
+            while self._leases:
+                if await redis_link.wait(self._empty, self.interval_s):
+                    break
+                await self.round()
+        finally:
+            self._task = None
+
+    async def round(self) -> None:
+        """Renew every lease held now, once."""
+        leases = tuple(self._leases)
+        if not leases:
+            return
+        self._in_flight = frozenset(leases)
+        self._round_done.clear()
+        started = time.monotonic()
+        try:
+            results = await self._renew(leases)
+        finally:
+            self._in_flight = frozenset()
+            self._round_done.set()
+        now = time.monotonic()
+        slack: float | None = None
+        failed: list[tuple[Lease, Exception]] = []
+        for lease, result in zip(leases, results, strict=True):
+            if lease not in self._leases:
+                continue  # let go meanwhile: its holder is done with it
+            if isinstance(result, scripting.LeaseLost):
+                lease._mark_lost()
+            elif isinstance(result, Exception):
+                failed.append((lease, result))
+                lease.interrupted.set()
+            else:
+                left = lease._valid_until - now
+                slack = left if slack is None else min(slack, left)
+                lease._valid_until = started + lease.ttl_ms / 1000
+        if slack is not None:
+            self.slack_s = slack
+        if failed:
+            self._log_failed(failed)
+
+    async def _renew(self, leases: tuple[Lease, ...]) -> list[Any]:
+        calls: list[scripting.Guarded[housekeeping.Renewed]] = [
+            (housekeeping.LeaseRenew(ttl_ms=lease.ttl_ms), lease.holder, lease.epoch, lease.keys)
+            for lease in leases
+        ]
+        with contextlib.suppress(Exception):
+            return await self.scripts.run_all(calls)
+        # The pipeline failed as a whole: each on its own (bounded), so what answers renews.
+        gate = asyncio.Semaphore(_ONE_BY_ONE)
+
+        async def one(lease: Lease) -> Any:
+            async with gate:
+                return await lease.run(housekeeping.LeaseRenew(ttl_ms=lease.ttl_ms))
+
+        return list(await asyncio.gather(*map(one, leases), return_exceptions=True))
+
+    def _log_failed(self, failed: list[tuple[Lease, Exception]]) -> None:
+        # One line per round, however many leases: Redis unreachable (or a surprise). Their
+        # holders stop working and acquire again once Redis answers; rounds go on meanwhile.
+        exc = failed[0][1]
+        reachable = not redis_link.unreachable(exc)
+        lease = failed[0][0]
+        one = {"swarm": lease.swarm, "epoch": lease.epoch} if len(failed) == 1 else {}
+        logs.event(
+            log,
+            "lease_renew_failed",
+            logging.ERROR if reachable else logging.WARNING,
+            holder=lease.holder,
+            **one,
+            leases=len(failed),
+            exception=type(exc).__name__,
+            retry_in_s=round(self.interval_s, 3),
+            **({} if reachable else {"variable": redis_link.VARIABLE}),
+        )
+
+
+_ONE_BY_ONE = 64
+"""How many leases are renewed at once when a round's pipeline failed as a whole."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from services.common import redis_link, tokens
@@ -258,6 +258,24 @@ async def restore_outcomes_by_type(client: redis_link.Client, swarm: str) -> dic
     """Recovery.restore_outcomes_by_type: verified outcomes as native, reconstructed, fresh."""
     raw = await _hash(client, keys.outcomes_by_type(swarm)) or {}
     return {kind: int(raw.get(kind, "0")) for kind in ("native", "reconstructed", "fresh")}
+
+
+async def outcomes_and_pauses(
+    client: redis_link.Client, swarms: Sequence[str]
+) -> dict[str, tuple[dict[str, int], bool]]:
+    """Each swarm's verified outcomes by type (`restore_outcomes_by_type`) and whether its
+    recovery is paused, read for every swarm in one pipeline (what /metrics shows)."""
+    pipe = client.pipeline(transaction=False)
+    for swarm in swarms:
+        pipe.hgetall(keys.outcomes_by_type(swarm))
+        pipe.exists(keys.paused(swarm))
+    found = await pipe.execute() if swarms else []
+    out: dict[str, tuple[dict[str, int], bool]] = {}
+    for i, swarm in enumerate(swarms):
+        raw = records.text_hash(found[2 * i]) if found[2 * i] else {}
+        counts = {kind: int(raw.get(kind, "0")) for kind in ("native", "reconstructed", "fresh")}
+        out[swarm] = (counts, bool(found[2 * i + 1]))
+    return out
 
 
 async def swarm_names(client: redis_link.Client) -> list[str]:

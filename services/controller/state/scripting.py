@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Final, Generic, TypeVar
 
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from services.common import logs, redis_link
 
@@ -198,6 +199,11 @@ class Reply(Generic[S]):
     fields: Mapping[str, Any]
 
 
+Guarded = tuple["Call[S]", str, int | None, Sequence[str]]
+"""A guarded script to run in a batch (`Scripts.run_all`): the call, the holder, its epoch and
+the lease's keys, as `Scripts.run` takes them."""
+
+
 class LeaseLost(Exception):
     """This controller no longer holds the swarm's lease (or its epoch moved on): it wrote
     nothing and must stop its pass."""
@@ -314,6 +320,7 @@ class Scripts:
     """
 
     def __init__(self, client: redis_link.Client, *, after_write: AfterWrite | None = None) -> None:
+        self._client = client
         self._scripts: dict[str, AsyncScript] = {
             name: client.register_script(source) for name, source in _SOURCES.items()
         }
@@ -348,6 +355,50 @@ class Scripts:
         failpoint = FAILPOINT if name not in _UNCOUNTED else None
         number = failpoint.before_write(name, keys[0]) if failpoint is not None else 0
         raw = await self._scripts[name](keys=keys, args=[holder, epoch, *call.args()])
+        return self._reply(call, keys[0], raw, number)
+
+    async def run_all(self, guarded: Sequence[Guarded[S]]) -> list[Reply[S] | Exception]:
+        """Run many guarded scripts in one pipeline: one round trip (per Redis node, on a
+        Cluster) however many there are, each script still atomic on its own.
+
+        Returns, in order, each call's reply or what it raised: `LeaseLost`, or the Redis
+        error of that one call. A script Redis does not know (it restarted, or a replica was
+        promoted) is run again on its own, which loads it.
+
+        Raises:
+            Exception: the pipeline as a whole failed (Redis unreachable): nothing is known of
+                any call.
+        """
+        out: list[Reply[S] | Exception | None] = [None] * len(guarded)
+        sent: list[tuple[int, list[str], list[str | int], int]] = []
+        pipe = self._client.pipeline(transaction=False)
+        for i, (call, holder, epoch, lease_keys) in enumerate(guarded):
+            if epoch is None:
+                out[i] = LeaseLost(call.script)
+                continue
+            keys = [*lease_keys, *call.keys()]
+            failpoint = FAILPOINT if call.script not in _UNCOUNTED else None
+            number = failpoint.before_write(call.script, keys[0]) if failpoint is not None else 0
+            args: list[str | int] = [holder, epoch, *call.args()]
+            pipe.evalsha(self._scripts[call.script].sha, len(keys), *keys, *args)
+            sent.append((i, keys, args, number))
+        raws = await pipe.execute(raise_on_error=False) if sent else []
+        for (i, keys, args, number), raw in zip(sent, raws, strict=True):
+            call = guarded[i][0]
+            try:
+                if isinstance(raw, NoScriptError):
+                    raw = await self._scripts[call.script](keys=keys, args=args)
+                elif isinstance(raw, Exception):
+                    raise raw
+                out[i] = self._reply(call, keys[0], raw, number)
+            except Exception as exc:
+                out[i] = exc
+        return [r if r is not None else LeaseLost("") for r in out]
+
+    def _reply(self, call: Call[S], lease_key: str, raw: Any, number: int) -> Reply[S]:
+        """A guarded script's raw answer as its typed reply (LeaseLost when it wrote nothing
+        because the lease moved on)."""
+        name = call.script
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         if text == LEASE_LOST:
             raise LeaseLost(name)
@@ -356,8 +407,9 @@ class Scripts:
         for field in ("events", "admitted", "updated"):
             if reply.get(field) == {}:
                 reply[field] = []
+        failpoint = FAILPOINT if name not in _UNCOUNTED else None
         if failpoint is not None:
-            failpoint.after_write(number, name, keys[0], reply)
+            failpoint.after_write(number, name, lease_key, reply)
         if self.after_write is not None:
             self.after_write(name, reply)
         status: S = typing.cast(S, call.statuses()(reply["status"]))

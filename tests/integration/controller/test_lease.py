@@ -4,12 +4,13 @@ controller that lost its lease changes nothing")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import pytest
 import redis.asyncio as aioredis
 
-from services.controller.state import keys, reading, records, scripting
+from services.controller.state import keys, leasing, reading, records, scripting
 from tests.integration.controller import harness as h
 from tests.integration.controller.harness import SWARM, first, second
 from tests.integration.controller.test_decisions import snapshot
@@ -144,3 +145,39 @@ async def test_run_loop_takes_the_lease_and_reacts_to_failures(
     await asyncio.wait_for(task, 120)
     assert await redis_client.get(keys.lease(SWARM)) is None
     assert second("eng-1") not in hx.runtime.specs  # no checkpoint: it waits for a decision
+
+
+async def test_one_round_renews_every_lease_of_a_process(redis_client: aioredis.Redis) -> None:
+    """Issue 23 (part 4): the leases of a process are renewed together, one round (one task,
+    one pipeline) every third of the lease time, and each keeps its lease past its TTL; a
+    lease another holder took meanwhile is lost alone, the others go on."""
+    scripts = scripting.Scripts(redis_client)
+    renewals = leasing.Renewals(scripts, 1500)
+    leases = [
+        leasing.Lease(scripts, f"swarm-{i}", f"controller-{i}", ttl_ms=1500, renewals=renewals)
+        for i in range(40)
+    ]
+    assert all([await lease.acquire() for lease in leases])
+    async with contextlib.AsyncExitStack() as stack:
+        for lease in leases:
+            await stack.enter_async_context(lease.renewing())
+        assert renewals.held == 40
+        renewers = [t for t in asyncio.all_tasks() if t.get_name().startswith("lease-renew")]
+        assert len(renewers) == 1, [t.get_name() for t in renewers]
+        await asyncio.sleep(3.2)
+        assert all(lease.is_held() for lease in leases)
+        assert renewals.slack_s is not None and 0 < renewals.slack_s < 1.5
+        # Another controller took swarm-7's lease: only that one is lost, at the next round.
+        await redis_client.set(keys.lease("swarm-7"), "controller-other")
+
+        async def lost() -> bool:
+            return leases[7].lost.is_set()
+
+        await eventually(lost)
+        assert [i for i, lease in enumerate(leases) if lease.lost.is_set()] == [7]
+        await asyncio.sleep(1.0)
+        assert all(lease.is_held() for i, lease in enumerate(leases) if i != 7)
+    # Left: the rounds end, nothing is renewed any more.
+    assert renewals.held == 0
+    await asyncio.sleep(0)
+    assert not [t for t in asyncio.all_tasks() if t.get_name() == "lease-renewals"]

@@ -1,0 +1,34 @@
+"""The pace of the resyncs nobody asked for (`pacing`): at most `rate` turns a second across a
+controller's swarms, first come first served."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from services.controller import pacing
+
+
+async def test_turns_are_spaced_at_the_rate() -> None:
+    pacer = pacing.Pacer(rate=100.0)
+    delays = [pacer.delay() for _ in range(5)]
+    assert delays[0] == 0.0
+    # Each later turn comes 10 ms after the one before (taken at almost the same moment).
+    for before, after in itertools.pairwise(delays):
+        assert after - before == pytest.approx(0.01, abs=0.002)
+
+
+async def test_many_swarms_share_the_rate_and_few_are_not_slowed() -> None:
+    pacer = pacing.Pacer(rate=200.0)
+    # 5,000 swarms asking at once: the last waits about 25 s (each comes round every 25 s).
+    last = [pacer.delay() for _ in range(5_000)][-1]
+    assert last == pytest.approx(5_000 / 200.0 - 1 / 200.0, rel=0.01)
+    # Ten swarms on a fresh pacer wait at most 45 ms: far under any pass interval.
+    few = pacing.Pacer(rate=200.0)
+    assert max(few.delay() for _ in range(10)) < 0.05
+
+
+def test_the_rate_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        pacing.Pacer(rate=0)
