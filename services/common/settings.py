@@ -194,6 +194,10 @@ def load_redis_wait(env: Mapping[str, str]) -> RedisWait:
     )
 
 
+DEFAULT_RESYNC_RATE = 200
+"""Resyncs nobody asked for, per second, across one controller's swarms (`pacing`)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ControllerSettings:
     """The controller."""
@@ -217,6 +221,7 @@ class ControllerSettings:
     advertise_host: str | None = None
     redis_wait: RedisWait = RedisWait()
     tls: tls_settings.TLSSettings = tls_settings.PLAINTEXT
+    resync_rate: int = DEFAULT_RESYNC_RATE
 
 
 def _entry_point(env: Mapping[str, str], runtime: str) -> tuple[str, ...]:
@@ -279,6 +284,7 @@ def load_controller(env: Mapping[str, str]) -> ControllerSettings:
         advertise_host=_get(env, "ADVERTISE_HOST"),
         redis_wait=load_redis_wait(env),
         tls=_tls(env),
+        resync_rate=_int(env, "RESYNC_RATE", DEFAULT_RESYNC_RATE, minimum=1),
     )
 
 

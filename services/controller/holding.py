@@ -140,6 +140,15 @@ async def _hold(
             )
             try:
                 async with lease.renewing():
+                    if recovery.pacer is not None:
+                        # The first resync waits for its turn too: a controller taking
+                        # thousands of swarms at once must not saturate itself (the watch
+                        # brings failures meanwhile).
+                        await waiting.first(
+                            (relist, session.halted, stop, lease.lost, lease.interrupted,
+                             link.down, *shared),
+                            recovery.pacer.delay(),
+                        )  # fmt: skip
                     while not stop.is_set() and not lease.lost.is_set():
                         _check_interrupted(recovery, session)
                         if session.failure is not None:

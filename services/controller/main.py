@@ -222,6 +222,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 runtime_name=conf.runtime,
                 link=link,
                 redis_wait=conf.redis_wait,
+                resync_rate=conf.resync_rate,
             )
             service = grpc_api.RecoveryService(hub)
             # NOT_SERVING until Redis answers, and again whenever it (or, on Kubernetes, the

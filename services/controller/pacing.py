@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 
-RATE = 200.0
-"""Resyncs nobody asked for, per second, across a controller's swarms (by default)."""
+from services.common import settings
+
+RATE = float(settings.DEFAULT_RESYNC_RATE)
+"""Resyncs nobody asked for, per second, across a controller's swarms, by default
+(`AGENTIHOOKS_RESYNC_RATE`)."""
 
 
 class Pacer:

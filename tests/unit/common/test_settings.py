@@ -66,6 +66,8 @@ def test_secret_values_never_appear_in_errors_or_repr() -> None:
         ("RUNTIME", "docker"),
         ("LEASE_MS", "ten"),
         ("LEASE_MS", "1"),
+        ("RESYNC_RATE", "0"),
+        ("RESYNC_RATE", "fast"),
     ],
 )
 def test_bad_controller_values_name_the_variable(name: str, value: str) -> None:
@@ -78,6 +80,17 @@ def test_bad_controller_values_name_the_variable(name: str, value: str) -> None:
     }
     with pytest.raises(settings.SettingsError, match=f"AGENTIHOOKS_{name}"):
         settings.load_controller(env)
+
+
+def test_the_resync_rate_defaults_to_200_and_is_read() -> None:
+    """AGENTIHOOKS_RESYNC_RATE: the passes nobody asked for, a second, across the swarms."""
+    env = {
+        "AGENTIHOOKS_GRANT_KEY": KEY,
+        "AGENTIHOOKS_OPERATOR_TOKEN": "o" * 20,
+        "AGENTIHOOKS_WORKER_IMAGE": "img:1",
+    }
+    assert settings.load_controller(env).resync_rate == 200
+    assert settings.load_controller({**env, "AGENTIHOOKS_RESYNC_RATE": "50"}).resync_rate == 50
 
 
 def test_an_address_with_a_scheme_or_credentials_is_refused_without_repeating_them() -> None:
