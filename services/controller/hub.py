@@ -185,7 +185,7 @@ class Hub:
             found = self._recoveries.get(swarm)
             if found is not None:
                 return found
-            if not create and swarm not in await reading.swarm_names(self.client):
+            if not create and not await reading.swarm_exists(self.client, swarm):
                 # The name passed `is_name`: safe to repeat, and what the caller needs to see.
                 raise errors.NotFound("swarm_not_found", f"no such swarm: {swarm}")
             recovery = self._new(swarm)
@@ -262,10 +262,11 @@ class Hub:
                     await self.recovery(swarm, create=True)
 
     async def _found(self, swarms: Iterable[str]) -> None:
-        """Start the loop of every swarm not known here yet (applied on another replica)."""
+        """Start the loop of every swarm not known here yet (applied on another replica): the
+        names come from the swarm index, so they are not looked up again."""
         for swarm in swarms:
-            if swarm not in self._recoveries:
-                await self.recovery(swarm)
+            if swarm not in self._recoveries and keys.is_name(swarm):
+                await self.recovery(swarm, create=True)
 
     async def _discover_later(self) -> None:
         """Find the applied swarms once Redis answers (retried with a backoff)."""

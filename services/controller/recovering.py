@@ -155,6 +155,12 @@ class Recovery:
         self.on_loss: Callable[[], Awaitable[None]] | None = None
         """Called when `loss` is set or cleared (the hub: readiness, health)."""
 
+    @property
+    def events_written(self) -> int:
+        """How many telemetry events this process wrote to the swarm's stream (the Kubernetes
+        Events relay reads it only when this moved)."""
+        return self.writer.events_written
+
     def _session(self) -> working.Session:
         return working.Session(
             self.client,

@@ -5,8 +5,11 @@ holds, the events its recovery writes in the same scripts as their transitions, 
 one that concerns a worker Pod to the runtime as notices (`notices.of_event`). No recovery step
 calls it and none waits for it: it reads the streams on its own task, one swarm at a time, with
 reads that do not block (so it holds at most one Redis connection, and never for long), and it
-never raises. Only a runtime that records (`pods.Recording`: Kubernetes) gets notices; with any
-other runtime the relay does nothing at all.
+never raises. A stream is read only when there can be something new in it: when this process
+starts following it, and after this process's scripts wrote events to it (`events_written`),
+so thousands of idle swarms cost the relay nothing but a look at a counter each. Only a runtime
+that records (`pods.Recording`: Kubernetes) gets notices; with any other runtime the relay does
+nothing at all.
 
 Where each stream is read from: where this process left it; for a swarm it starts following (at
 start, or when it takes the swarm's lease over) the last `LOOKBACK_S` of it, which a replica that
@@ -49,6 +52,11 @@ class Followed(Protocol):
     @property
     def lease(self) -> Lease: ...
 
+    @property
+    def events_written(self) -> int:
+        """How many events this process wrote to the swarm's stream so far."""
+        ...
+
     async def events(
         self, after: str | None = None, block_ms: int | None = None
     ) -> list[telemetry.Event]: ...
@@ -83,6 +91,7 @@ class Relay:
         self._lookback_ms = int(lookback_s * 1000)
         self._clock = clock
         self._cursors: dict[str, str] = {}
+        self._read_at: dict[str, int] = {}  # swarm -> `events_written` when last read whole
         self._task: asyncio.Task[None] | None = None
         self._logged: set[str] = set()
 
@@ -107,12 +116,19 @@ class Relay:
     async def _run(self) -> None:
         while True:
             for swarm, followed in list(self._swarms().items()):
-                if followed.lease.is_held():
-                    await self._follow(swarm, followed)
+                if not followed.lease.is_held():
+                    # Followed again from its lookback once held again (another replica may
+                    # have written meanwhile).
+                    self._read_at.pop(swarm, None)
+                    continue
+                written = followed.events_written
+                if self._read_at.get(swarm) != written and await self._follow(swarm, followed):
+                    self._read_at[swarm] = written
             await asyncio.sleep(self._poll_s)
 
-    async def _follow(self, swarm: str, followed: Followed) -> None:
-        """Record what the swarm's stream holds past its cursor."""
+    async def _follow(self, swarm: str, followed: Followed) -> bool:
+        """Record what the swarm's stream holds past its cursor; whether it was read to its
+        end."""
         assert self._runtime is not None
         since = f"{int(self._clock() * 1000) - self._lookback_ms}-0"
         after = _later(self._cursors.get(swarm), since)
@@ -127,6 +143,7 @@ class Relay:
                 if len(found) < BATCH:
                     break
             self._logged.clear()
+            return True
         except Exception as exc:  # Redis away, a lease lost mid-read: read again next time
             kind = type(exc).__name__
             if kind not in self._logged:
@@ -134,6 +151,7 @@ class Relay:
                 logs.event(
                     log, "kubernetes_events_unread", logging.WARNING, swarm=swarm, exception=kind
                 )
+            return False
 
 
 def _later(cursor: str | None, since: str) -> str:

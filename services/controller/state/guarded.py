@@ -51,13 +51,19 @@ class Guarded:
         self.lease = lease
         self.swarm = lease.swarm
         self.clock = clock
+        self.events_written = 0
+        """How many telemetry events this process's scripts wrote to the swarm's stream (the
+        Kubernetes Events relay reads a stream only when this moved)."""
 
     def now(self) -> str:
         return rfc3339(self.clock())
 
     async def _run(self, call: scripting.Call[S]) -> scripting.Reply[S]:
         reply = await self.lease.run(call)
-        telemetry.log_events(reply.fields.get("events", []))
+        events = reply.fields.get("events", [])
+        if events:
+            self.events_written += len(events)
+            telemetry.log_events(events)
         return reply
 
     def _revocations(self, now: float) -> dict[str, Any]:

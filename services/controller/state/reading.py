@@ -278,6 +278,11 @@ async def outcomes_and_pauses(
     return out
 
 
+async def swarm_exists(client: redis_link.Client, swarm: str) -> bool:
+    """Whether `swarm` is in the swarm index (applied, and not lost with Redis's data)."""
+    return bool(await client.sismember(keys.SWARMS, swarm))
+
+
 async def swarm_names(client: redis_link.Client) -> list[str]:
     return sorted(_text(n) for n in await client.smembers(keys.SWARMS))
 
