@@ -76,6 +76,10 @@ class SwarmHistogram:
         counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sums[swarm] += value
 
+    def count(self, swarm: str) -> int:
+        """How many values were observed for `swarm`."""
+        return sum(self.counts.get(swarm, ()))
+
     def lines(self) -> Iterator[str]:
         yield _head(self.name, self.documentation, "histogram")
         name = self.name

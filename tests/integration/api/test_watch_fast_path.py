@@ -99,10 +99,7 @@ async def test_a_worker_deleted_from_under_the_controller_wakes_a_listing_pass(
 def passes(ctl: cs.Controller) -> float:
     """How many listing passes of the swarm have run (they read the shared watches' cache,
     so list calls do not count them)."""
-    count = ctl.hub.metrics.registry.get_sample_value(
-        "agentihooks_recovery_pass_seconds_count", {"swarm": "example"}
-    )
-    return count or 0.0
+    return float(ctl.hub.metrics.pass_seconds.count("example"))
 
 
 async def applied(ctl: cs.Controller, document: str) -> float:
