@@ -90,6 +90,12 @@ class Informer:
         )
         return pods
 
+    def swarms(self) -> set[str]:
+        """The swarms with a Pod in the cache (or just created)."""
+        found = {swarm for swarm, pods in self._by_swarm.items() if pods}
+        found.update(launch.swarm for launch in self._launched.values())
+        return found
+
     def pod(self, name: str) -> classifying.Pod | None:
         """The Pod named `name` as the watch last showed it (or as just created), or None."""
         launch = self._launched.get(name)

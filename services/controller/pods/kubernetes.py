@@ -174,13 +174,19 @@ class KubernetesRuntime:
         return found
 
     async def swarms(self) -> set[str]:
-        """The swarms of every worker Pod in the namespace (`runtime.Surveying`): one list."""
+        """The swarms of every worker Pod in the namespace (`runtime.Surveying`): from the
+        shared Pod watch's cache (its first list, started here if it was not yet), or one list
+        of its own when the watch cannot list."""
+        informer = self._inform()
+        if await informer.ready():
+            return informer.swarms()
         _, body = await self._request(
             "list pods", self._core.list_namespaced_pod, self._namespace, label_selector=_MANAGED
         )
-        items = orjson.loads(body)["items"]
-        labels = ((pod.get("metadata") or {}).get("labels") or {} for pod in items)
-        return {name for found in labels if (name := found.get(runtime.LABEL_SWARM))}
+        with watching.collector_paused():
+            items = orjson.loads(body)["items"]
+            labels = ((pod.get("metadata") or {}).get("labels") or {} for pod in items)
+            return {name for found in labels if (name := found.get(runtime.LABEL_SWARM))}
 
     async def _list(self, swarm: str) -> list[runtime.Attempt]:
         """The swarm's attempts as the API server lists them now."""
