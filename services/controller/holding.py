@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from services.common import logs, redis_link, waiting
-from services.controller import losing, observations, working
+from services.controller import losing, observations, pacing, working
 from services.controller.pods import runtime as pods
 from services.controller.state import scripting
 
@@ -145,8 +145,8 @@ async def _hold(
                         # thousands of swarms at once must not saturate itself (the watch
                         # brings failures meanwhile).
                         await waiting.first(
-                            (relist, session.halted, stop, lease.lost, lease.interrupted,
-                             link.down, *shared),
+                            (session.halted, stop, lease.lost, lease.interrupted, link.down,
+                             *shared),
                             recovery.pacer.delay(),
                         )  # fmt: skip
                     while not stop.is_set() and not lease.lost.is_set():
@@ -223,11 +223,7 @@ async def _hold(
                         if report.lease_lost:
                             break
                         passed = True
-                        await _between_passes(session, relist, wakes, interval_s)
-                        if recovery.pacer is not None and not _woken(relist, wakes):
-                            # Nobody asked: this resync waits for its turn among the process's
-                            # swarms (`pacing`); the watch's asking cuts the wait short.
-                            await waiting.first((relist, *wakes), recovery.pacer.delay())
+                        await _between_passes(session, relist, wakes, interval_s, recovery.pacer)
             finally:
                 watch.cancel()
                 _, stuck = await asyncio.wait([watch], timeout=HELPER_STOP_S)
@@ -259,8 +255,11 @@ async def _between_passes(
     relist: asyncio.Event,
     wakes: tuple[asyncio.Event, ...],
     interval_s: float,
+    pacer: pacing.Pacer | None,
 ) -> None:
-    """Wait for the next resync: asked for by the watch, at the latest after `interval_s`.
+    """Wait for the next resync: asked for by the watch, at the latest after `interval_s`,
+    and, when nobody asked, at the swarm's turn among the process's swarms (`pacing`: taken
+    with the interval, so an idle swarm waits once).
 
     While the queue has work, a resync would mostly read again what the queue is on (it reads
     every attention seat the queue does not hold: in a storm, each seat already replaced and
@@ -269,11 +268,19 @@ async def _between_passes(
     one asked for, waits for the queue to run dry, at most one more interval."""
     loop = asyncio.get_running_loop()
     started = loop.time()
-    if session.busy:
+    if not session.busy:
+        wait_s = interval_s if pacer is None else pacer.delay(after=interval_s)
+        await waiting.first((relist, *wakes), wait_s)
+    else:
         await waiting.first(wakes, min(RESYNC_GAP_S, interval_s))
-    await waiting.first((relist, *wakes), max(0.0, interval_s - (loop.time() - started)))
-    if session.busy and not relist.is_set():
-        await waiting.first((relist, session.queue.idle_event, *wakes), interval_s)
+        await waiting.first((relist, *wakes), max(0.0, interval_s - (loop.time() - started)))
+        if not relist.is_set():
+            await waiting.first((relist, session.queue.idle_event, *wakes), interval_s)
+        if pacer is not None and not _woken(relist, wakes):
+            await waiting.first((relist, *wakes), pacer.delay())
+    if pacer is not None and relist.is_set() and not any(event.is_set() for event in wakes):
+        # Asked for: at once, unless thousands of swarms were asked together.
+        await waiting.first(wakes, pacer.asked())
 
 
 def _woken(relist: asyncio.Event, wakes: tuple[asyncio.Event, ...]) -> bool:

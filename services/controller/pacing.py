@@ -7,8 +7,10 @@ missed. With thousands of swarms those alone would saturate one event loop (5,00
 The pacer gives them turns, at most `rate` a second across every swarm of the process, first
 come first served. With few swarms nothing changes (each still resyncs every interval); with
 many, each swarm's comes round every swarms/`rate` seconds, and an idle swarm costs about
-`rate`/swarms resyncs a second. Nothing the watch brings waits for a turn: a failure's seat is
-worked at once and a relist asked for runs at once.
+`rate`/swarms resyncs a second. A failure the watch brings is worked at once, never paced. A
+resync the watch asks for (a Pod deleted, a node lost) has turns of its own (`asked`): one runs
+at once, while thousands asked together (a Pod watch that listed again after a break asks every
+swarm) are spread at `rate` a second instead of saturating the loop.
 """
 
 from __future__ import annotations
@@ -34,11 +36,23 @@ class Pacer:
             raise ValueError("the resync rate must be positive")
         self._gap = 1.0 / rate
         self._next = 0.0
+        self._asked_next = 0.0
 
-    def delay(self) -> float:
-        """Take the next free turn: the seconds until it comes (0 when it is free now). A turn
-        not used (the swarm was woken before it) is simply lost."""
+    def delay(self, after: float = 0.0) -> float:
+        """Take the first free turn at least `after` seconds from now: the seconds until it
+        comes. A turn not used (the swarm was woken before it) is simply lost."""
         now = asyncio.get_running_loop().time()
-        turn = max(now, self._next)
+        turn = max(now + after, self._next)
         self._next = turn + self._gap
+        return turn - now
+
+    def asked(self) -> float:
+        """Take the next turn for a resync the watch asked for: the seconds until it comes.
+        Asked resyncs have turns of their own, at the same rate, so one swarm's is not queued
+        behind thousands of periodic ones (it runs at once), while a list that asks every swarm
+        at once (the Pod watch listed again after a break) is spread out, not run all together.
+        """
+        now = asyncio.get_running_loop().time()
+        turn = max(now, self._asked_next)
+        self._asked_next = turn + self._gap
         return turn - now
