@@ -38,6 +38,10 @@ log = logging.getLogger("services.controller.hub")
 
 RecoveryFactory = Callable[[str], recovering.Recovery]
 
+SURVEY_WAIT_S = 30.0
+"""How long finding the swarms at start waits for the runtime's list of workers: after it the
+swarms Redis names start without it (a worker's swarm Redis lost is then not followed)."""
+
 
 class NotHolder(errors.Unavailable):
     """A write reached a replica that does not hold the swarm's lease: forwarded to the holder
@@ -248,18 +252,23 @@ class Hub:
     async def _discover(self) -> None:
         """Start the loop of every swarm Redis names and, where the runtime can say, of every
         swarm whose workers run: one Redis lost (restarted empty) is found by its loop's first
-        resync (`losses`), which says `state_lost`."""
+        resync (`losses`), which says `state_lost`.
+
+        The runtime is surveyed first: on Kubernetes that is the Pod watch's first list, a few
+        seconds of parsing with tens of thousands of workers, done before any lease is taken
+        (a lease taken before it would wait that long for its first renewal)."""
         names = await reading.swarm_names(self.client)
-        await self._found(names)
+        running: set[str] = set()
         if isinstance(self.runtime, pods.Surveying):
             try:
-                running = await self.runtime.swarms()
-            except pods.PodsError as exc:
+                async with asyncio.timeout(SURVEY_WAIT_S):
+                    running = await self.runtime.swarms()
+            except (pods.PodsError, TimeoutError) as exc:
                 logs.event(log, "workers_unlisted", logging.WARNING, exception=type(exc).__name__)
-                return
-            for swarm in sorted(running - set(names)):
-                if keys.is_name(swarm):
-                    await self.recovery(swarm, create=True)
+        await self._found(names)
+        for swarm in sorted(running - set(names)):
+            if keys.is_name(swarm):
+                await self.recovery(swarm, create=True)
 
     async def _found(self, swarms: Iterable[str]) -> None:
         """Start the loop of every swarm not known here yet (applied on another replica): the
