@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
+import math
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -34,7 +36,20 @@ fence), each for at most the default grant lifetime, so that long covers every c
 
 
 def rfc3339(at: float) -> str:
-    """A UTC timestamp as RFC 3339 with a `Z`."""
+    """A UTC timestamp as RFC 3339 with a `Z` (whole seconds)."""
+    # The second `datetime.fromtimestamp` lands on: it rounds to the microsecond, half to even.
+    fraction, second = math.modf(at)
+    microseconds = round(fraction * 1e6)
+    if microseconds >= 1_000_000:
+        second += 1
+    elif microseconds < 0:
+        second -= 1
+    return _second(int(second))
+
+
+@functools.lru_cache(maxsize=8)
+def _second(at: int) -> str:
+    # Every write of a storm stamps the same few seconds: each is formatted once.
     stamp = datetime.datetime.fromtimestamp(at, datetime.UTC).isoformat(timespec="seconds")
     return stamp.replace("+00:00", "Z")
 
