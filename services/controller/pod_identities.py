@@ -22,6 +22,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -97,9 +98,17 @@ def pod_annotations(execution: records.Execution, epoch: int) -> dict[str, str]:
     return {pods.ANNOTATION_ATTEMPT: json.dumps(value, sort_keys=True, separators=(",", ":"))}
 
 
+READ_MEMORY = 1 << 16
+"""Annotation values whose identity is kept once read (a Pod's annotation never changes)."""
+
+
+@functools.lru_cache(maxsize=READ_MEMORY)
 def read(value: str | None) -> Identity | None:
     """The identity an annotation's value names; None when absent, of another version, or not
-    well formed (a Pod launched before the annotation existed carries none)."""
+    well formed (a Pod launched before the annotation existed carries none).
+
+    Every resync asks this of every listed worker (`newest_epoch`): each value is parsed once
+    and its (immutable) identity kept, up to `READ_MEMORY` values."""
     if not value:
         return None
     try:
