@@ -117,7 +117,8 @@ class Reconciler:
         # work the seat as the lost writes had left it.
         witnessed = seen.witnessed
         if witnessed is not None and (
-            await witnessing.restore(self.ctx, witnessed) == transitions.RestoreStatus.RESTORED
+            await witnessing.restore(self.ctx, witnessed, seat)
+            == transitions.RestoreStatus.RESTORED
         ):
             report.restored.append(witnessed.execution_id)
             seat, read = await reading.seat(self.client, self.swarm, name), True

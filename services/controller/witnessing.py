@@ -16,14 +16,21 @@ import logging
 from services.common import logs
 from services.controller import admitting, replacing, telemetry, witnesses
 from services.controller.pods import runtime as pods
-from services.controller.state import reading, transitions
+from services.controller.state import reading, records, transitions
 
 log = logging.getLogger("services.controller.recovery")
 
 
-async def restore(ctx: replacing.Context, attempt: pods.Attempt) -> str:
+async def restore(
+    ctx: replacing.Context, attempt: pods.Attempt, read: records.Seat | None = None
+) -> str:
     """Write back the decision `attempt`'s worker carries, unless the records know its
     generation. Idempotent: a repeat finds the seat at that generation (`known`).
+
+    `read` is the seat as its worker read it when its work began, if it did: a seat's
+    generation never goes back, so one read at the generation already is `known` without
+    reading it again (a resync brings many such seats in a storm: their replacement was
+    launched between its read of the expected attempts and its list).
 
     Returns:
         The script's status (`restored`, `known`, `conflict`, `diverged`, `no_seat`), or
@@ -49,6 +56,8 @@ async def restore(ctx: replacing.Context, attempt: pods.Attempt) -> str:
     # A read first: a replacement launched but not yet recorded as launched is new to the
     # resync too, and a seat the records have at its generation needs no write (the script
     # checks again, atomically).
+    if read is not None and read.generation >= replacement.generation:
+        return transitions.RestoreStatus.KNOWN
     seat = await reading.seat(ctx.client, ctx.swarm, attempt.seat)
     if seat is not None and seat.generation >= replacement.generation:
         return transitions.RestoreStatus.KNOWN
