@@ -25,6 +25,7 @@ import enum
 import importlib.resources
 import json
 import logging
+import operator
 import os
 import signal
 import typing
@@ -109,7 +110,49 @@ def _roles(cls: type) -> tuple[tuple[str, _Role], ...]:
     return _ROLES[cls]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """Where a declaration's KEYS and ARGV come from, as getters made once per class."""
+
+    keys: Callable[[Any], tuple[Any, ...]]
+    """The `Key` fields' values, in KEYS order."""
+    more: str | None
+    """The `Keys` field (its keys follow the others), if any."""
+    args: Callable[[Any], tuple[Any, ...]]
+    """The `Arg` fields' values, in ARGV order."""
+
+
+_LAYOUTS: dict[type, _Layout] = {}
+
+
+def _getter(names: Sequence[str]) -> Callable[[Any], tuple[Any, ...]]:
+    """A getter of the named attributes that always answers a tuple."""
+    if not names:
+        return lambda _: ()
+    if len(names) == 1:
+        name = names[0]
+        return lambda obj: (getattr(obj, name),)
+    return operator.attrgetter(*names)
+
+
+def _layout(cls: type) -> _Layout:
+    layout = _LAYOUTS.get(cls)
+    if layout is None:
+        roles = _roles(cls)
+        keys = [name for name, role in roles if role is _Role.KEY]
+        more = [name for name, role in roles if role is _Role.KEYS]
+        key_order = [name for name, role in roles if role is not _Role.ARG]
+        if more and (len(more) > 1 or key_order[-1] != more[0]):
+            raise TypeError(f"{cls.__name__}: one Keys field, after every Key")
+        args = [name for name, role in roles if role is _Role.ARG]
+        layout = _LAYOUTS[cls] = _Layout(_getter(keys), more[0] if more else None, _getter(args))
+    return layout
+
+
 def _argument(value: Any) -> str | int:
+    kind = type(value)
+    if kind is str or kind is int:  # most arguments: keys' parts, ids, times, counts
+        return value  # type: ignore[no-any-return]
     if isinstance(value, bool):
         return "1" if value else "0"
     if value is None:
@@ -152,17 +195,15 @@ class Declared:
 
     def keys(self) -> list[str]:
         """KEYS as the script reads them after the lease's."""
-        out: list[str] = []
-        for name, role in _roles(type(self)):
-            if role is _Role.KEY:
-                out.append(getattr(self, name))
-            elif role is _Role.KEYS:
-                out.extend(getattr(self, name))
+        layout = _layout(type(self))
+        out: list[str] = list(layout.keys(self))
+        if layout.more is not None:
+            out.extend(getattr(self, layout.more))
         return out
 
     def args(self) -> list[str | int]:
         """ARGV as the script reads them after the lease's."""
-        return [_argument(getattr(self, name)) for name in self.arg_names()]
+        return [_argument(value) for value in _layout(type(self)).args(self)]
 
 
 class Call(Declared, Generic[S]):
