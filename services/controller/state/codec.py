@@ -205,18 +205,23 @@ def decode(cls: type[Any], h: Hash) -> Any:
     """
     decoders = _DECODERS.get(cls)
     if decoders is None:
-        decoders = _DECODERS[cls] = tuple((f.attr, _decoder(f)) for f in _fields(cls))
-    return cls(**{attr: decoded(h) for attr, decoded in decoders})
+        decoders = _DECODERS[cls] = tuple(_decoder(f) for f in _fields(cls))
+    # Positionally, in field order: every record field is an `__init__` parameter.
+    return cls(*[decoded(h) for decoded in decoders])
 
 
-_DECODERS: dict[type, tuple[tuple[str, Callable[[Hash], Any]], ...]] = {}
-"""Each record class's field readers, made once: a storm decodes thousands of records."""
+_DECODERS: dict[type, tuple[Callable[[Hash], Any], ...]] = {}
+"""Each record class's field readers, in field order, made once: a storm decodes thousands of
+records."""
 
 
 def _decoder(f: _Field) -> Callable[[Hash], Any]:
-    """How one field is read from a hash (worked out once per class, not per record)."""
+    """How one field is read from a hash (worked out once per class, not per record). Each
+    reader takes a present, non-empty value at once (`if raw`) and leaves the rest to
+    `_falsy`."""
     if f.spec.decode is not None:
         return f.spec.decode
+    key = f.key
     if f.kind is directives.Directive:
         optional = f.optional
 
@@ -226,34 +231,59 @@ def _decoder(f: _Field) -> Callable[[Hash], Any]:
             return directive(h)
 
         return read_directive
-    convert: Callable[[str], Any] | None
-    if f.kind is bool:
-        convert = _is_one
-    elif f.kind is str:
-        convert = None
-    elif f.kind is int:
-        convert = int
-    elif isinstance(f.kind, type) and issubclass(f.kind, enum.Enum):
-        convert = f.kind
-    else:
-        kind = f.kind
+    if f.kind is str:
 
-        def convert(raw: str) -> Any:
-            return _from_json(kind, json.loads(raw))
+        def read_text(h: Hash) -> Any:
+            raw = h.get(key)
+            return raw if raw else _falsy(f, raw, None)
 
-    key = f.key
+        return read_text
+    convert = _converter(f.kind)
 
     def read(h: Hash) -> Any:
         raw = h.get(key)
-        if raw is None or raw == "":
-            return _absent(f, raw)
-        return raw if convert is None else convert(raw)
+        return convert(raw) if raw else _falsy(f, raw, convert)
 
     return read
 
 
+def _converter(kind: Any) -> Callable[[str], Any]:
+    """How a present, non-empty text value of a field of type `kind` is read."""
+    if kind is bool:
+        return _is_one
+    if kind is int:
+        return int
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        # A member looked up by its value without the enum's call machinery; anything else
+        # goes through it (and is refused there as before).
+        members: dict[Any, Any] = {m.value: m for m in kind}
+        enum_kind = kind
+
+        def member(raw: str) -> Any:
+            try:
+                return members[raw]
+            except (KeyError, TypeError):
+                return enum_kind(raw)
+
+        return member
+    from_json = _json_reader(kind)
+
+    def read_json(raw: str) -> Any:
+        return from_json(json.loads(raw))
+
+    return read_json
+
+
 def _is_one(raw: str) -> bool:
     return raw == "1"
+
+
+def _falsy(f: _Field, raw: Any, convert: Callable[[Any], Any] | None) -> Any:
+    """A value that is not a present, non-empty text: absent or empty, or a false value a
+    script's JSON reply holds (0, false), which is read as any other."""
+    if raw is None or raw == "":
+        return _absent(f, raw)
+    return raw if convert is None else convert(raw)
 
 
 def _absent(f: _Field, raw: str | None) -> Any:
@@ -273,14 +303,16 @@ def _absent(f: _Field, raw: str | None) -> Any:
     raise ValueError(f"{f.key} is empty")
 
 
-def _from_json(kind: Any, loaded: Any) -> Any:
-    origin = typing.get_origin(kind)
-    if origin is tuple:
-        item = typing.get_args(kind)[0]
-        return tuple(_from_json(item, v) for v in loaded)
+def _json_reader(kind: Any) -> Callable[[Any], Any]:
+    """How a field of type `kind` is made from its loaded JSON (worked out once per field): a
+    tuple item by item, a record by its `from_json`, anything else as loaded."""
+    if typing.get_origin(kind) is tuple:
+        item = _json_reader(typing.get_args(kind)[0])
+        return lambda loaded: tuple(item(v) for v in loaded)
     if hasattr(kind, "from_json"):
-        return kind.from_json(loaded)
-    return loaded
+        from_json: Callable[[Any], Any] = kind.from_json
+        return from_json
+    return lambda loaded: loaded
 
 
 class Hashed:
