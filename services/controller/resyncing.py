@@ -13,7 +13,8 @@ works on no seat: the seat queue does.
 Seats the queue knows (`working.Session.known`: queued, being worked on, or worked since the
 resync before) are not read again: their worker reads them, or has just reconciled them. What
 the list showed of them is still brought to the queue, so a seat being worked is worked again
-after with it.
+after with it; but not a Pod newer than the records (a witness): for a seat the queue knows
+that is its own replacement not yet recorded as launched, and a later resync brings a real one.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ async def resync(
         losses.StateLost: Redis lost the swarm's state (nothing was written).
     """
     swarm = ctx.swarm
+    known = set(known)
     reads = await reading.before_listing(scripts, swarm, known)
     listed = await ctx.runtime.list_attempts(swarm)
     listing = {a.execution_id: a for a in listed if a.swarm == swarm}
@@ -58,7 +60,11 @@ async def resync(
         swarm, listing.values(), reads.expected
     ).items():
         # A Pod newer than what the records expect of its seat: its decision may be lost.
-        seen.setdefault(name, observations.Seen()).witnessed = attempt
+        # Unless the queue knows the seat: then it is almost always the replacement its worker
+        # just launched and has not recorded as launched yet (in a storm, most seats). A
+        # resync that finds the seat outside the queue brings it if it still is one.
+        if name not in known:
+            seen.setdefault(name, observations.Seen()).witnessed = attempt
     for _, request in reads.requests:
         if (name := keys.seat_of(request.execution_id)) is not None:
             seen.setdefault(name, observations.Seen()).requests = True
