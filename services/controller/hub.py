@@ -75,6 +75,8 @@ class Hub:
         redis_wait: How durable a write must be before a call is answered accepted.
         resync_rate: At most how many resyncs nobody asked for run a second, across every
             swarm (`pacing`).
+        renewal_connect: Makes a Redis client for the lease renewals' own thread (the
+            process gives it; see `leasing.Renewals`); None: renewals run on the loop.
     """
 
     def __init__(
@@ -95,6 +97,7 @@ class Hub:
         link: redis_link.RedisLink | None = None,
         redis_wait: settings.RedisWait | None = None,
         resync_rate: float = pacing.RATE,
+        renewal_connect: Callable[[], redis_link.Client] | None = None,
     ) -> None:
         self.client = client
         self.link = link or redis_link.RedisLink(client)
@@ -112,7 +115,7 @@ class Hub:
         # Shared by every swarm: one script registry, one round of lease renewals, one pace
         # for the resyncs nobody asked for (what keeps thousands of idle swarms cheap).
         self.scripts = scripting.Scripts(client)
-        self.renewals = leasing.Renewals(self.scripts, lease_ttl_ms)
+        self.renewals = leasing.Renewals(self.scripts, lease_ttl_ms, connect=renewal_connect)
         self.pacer = pacing.Pacer(resync_rate)
         self.principals = authorizing.Principals(
             client, operator_token=operator_token, grant_key=grant_key
@@ -315,6 +318,7 @@ class Hub:
             if not loop.done():
                 loop.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+        await self.renewals.close()
         if self._following:
             self._following = False
             await self.relay.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -223,6 +224,7 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                 link=link,
                 redis_wait=conf.redis_wait,
                 resync_rate=conf.resync_rate,
+                renewal_connect=functools.partial(redis_link.connect, conf.redis_url),
             )
             service = grpc_api.RecoveryService(hub)
             # NOT_SERVING until Redis answers, and again whenever it (or, on Kubernetes, the

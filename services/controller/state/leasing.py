@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import logging
 import secrets
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from services.common import logs, redis_link
@@ -165,7 +167,13 @@ class Lease:
 class Renewals:
     """Renews every lease a process holds together: one round of `lease_renew` scripts in one
     pipeline every third of the lease time, so a thousand swarms cost one round trip (per Redis
-    node) and one task, not a thousand of each, and no swarm's passes delay another's renewal.
+    node) and one task, not a thousand of each.
+
+    With `connect` (the controller process gives it), rounds run on a thread of their own with
+    a Redis client of their own: nothing the event loop does (thousands of swarms starting, a
+    list of tens of thousands of Pods parsed, a storm of passes) can hold a renewal back, since
+    the interpreter hands the thread its turn every few milliseconds. Without it (a `Recovery`
+    on its own, in tests) rounds run as a task on the loop.
 
     A renewal refused as `lease_lost` sets that lease's `lost`; a round that could not reach
     Redis sets `interrupted` on every lease it could not renew and says so in one
@@ -174,23 +182,34 @@ class Renewals:
     the others).
 
     `slack_s` is how much lease time the lowest lease had left when the latest round confirmed
-    its renewal (the lease time less the gap between two renewals): a loop that starves its
-    renewals shows here first, long before a lease is lost.
+    its renewal (the lease time less the gap between two renewals): renewals held back show
+    here first, long before a lease is lost.
 
     Args:
-        scripts: The script runner.
+        scripts: The script runner (rounds on the loop use it).
         ttl_ms: The lease time of the leases it renews.
+        connect: Makes the Redis client of the rounds' own thread; None: rounds on the loop.
     """
 
-    def __init__(self, scripts: scripting.Scripts, ttl_ms: int) -> None:
+    def __init__(
+        self,
+        scripts: scripting.Scripts,
+        ttl_ms: int,
+        *,
+        connect: Callable[[], redis_link.Client] | None = None,
+    ) -> None:
         self.scripts = scripts
         self.ttl_ms = ttl_ms
+        self._connect = connect
         self._leases: dict[Lease, None] = {}
+        self._lock = threading.Lock()  # `_leases` is read by the rounds' thread
         self._in_flight: frozenset[Lease] = frozenset()
-        self._round_done = asyncio.Event()
-        self._round_done.set()
+        self._idle = threading.Event()  # no round in flight
+        self._idle.set()
         self._task: asyncio.Task[None] | None = None
         self._empty = asyncio.Event()
+        self._thread: threading.Thread | None = None
+        self._halt = threading.Event()
         self.slack_s: float | None = None
         """The lowest lease time left when the latest round confirmed a renewal (seconds)."""
 
@@ -206,20 +225,20 @@ class Renewals:
     @contextlib.asynccontextmanager
     async def keeping(self, lease: Lease) -> AsyncIterator[None]:
         """Renew `lease` in every round while the block runs."""
-        self._leases[lease] = None
+        with self._lock:
+            self._leases[lease] = None
         self._empty.clear()
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="lease-renewals")
+        self._start()
         try:
             yield
         finally:
-            self._leases.pop(lease, None)
-            if lease in self._in_flight:
+            with self._lock:
+                self._leases.pop(lease, None)
+                in_flight = lease in self._in_flight
+            if in_flight:
                 # Its renewal was sent: wait for the answer so that none is in flight once the
                 # holder gives the lease up (release, or stop working under it).
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.ttl_ms / 1000):
-                        await self._round_done.wait()
+                await asyncio.to_thread(self._idle.wait, self.ttl_ms / 1000)
             if not self._leases:
                 self._empty.set()
                 task = self._task
@@ -229,39 +248,80 @@ class Renewals:
                         async with asyncio.timeout(self.ttl_ms / 1000):
                             await asyncio.shield(task)
 
+    def _start(self) -> None:
+        if self._connect is None:
+            if self._task is None:
+                self._task = asyncio.create_task(self._run(), name="lease-renewals")
+        elif self._thread is None:
+            loop = asyncio.get_running_loop()
+            self._halt.clear()
+            self._thread = threading.Thread(
+                target=asyncio.run,
+                args=(self._run_thread(loop),),
+                name="lease-renewals",
+                daemon=True,
+            )
+            self._thread.start()
+
+    async def close(self) -> None:
+        """Stop the rounds' thread (a hub that stops)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._halt.set()
+            await asyncio.to_thread(thread.join, self.ttl_ms / 1000)
+
     async def _run(self) -> None:
         try:
             while self._leases:
                 if await redis_link.wait(self._empty, self.interval_s):
                     break
-                await self.round()
+                await self.round(self.scripts, _at_once)
         finally:
             self._task = None
 
-    async def round(self) -> None:
-        """Renew every lease held now, once."""
-        leases = tuple(self._leases)
+    async def _run_thread(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._connect is not None
+        client = self._connect()
+        scripts = scripting.Scripts(client)
+        try:
+            while not self._halt.wait(self.interval_s):
+                await self.round(scripts, loop.call_soon_threadsafe)
+        finally:
+            await client.aclose()
+
+    async def round(self, scripts: scripting.Scripts, tell: _Teller | None = None) -> None:
+        """Renew every lease held now, once (through `scripts`); what leases and logs learn
+        is told on their loop through `tell`."""
+        tell = tell or _at_once
+        with self._lock:
+            leases = tuple(self._leases)
+            self._in_flight = frozenset(leases)
+            self._idle.clear()
         if not leases:
+            self._idle.set()
             return
-        self._in_flight = frozenset(leases)
-        self._round_done.clear()
         started = time.monotonic()
         try:
-            results = await self._renew(leases)
+            results = await self._renew(scripts, leases)
         finally:
-            self._in_flight = frozenset()
-            self._round_done.set()
+            with self._lock:
+                self._in_flight = frozenset()
+                self._idle.set()
         now = time.monotonic()
         slack: float | None = None
         failed: list[tuple[Lease, Exception]] = []
-        for lease, result in zip(leases, results, strict=True):
-            if lease not in self._leases:
-                continue  # let go meanwhile: its holder is done with it
+        with self._lock:
+            live = [
+                (lease, r)
+                for lease, r in zip(leases, results, strict=True)
+                if lease in self._leases
+            ]
+        for lease, result in live:
             if isinstance(result, scripting.LeaseLost):
-                lease._mark_lost()
+                tell(lease._mark_lost)
             elif isinstance(result, Exception):
                 failed.append((lease, result))
-                lease.interrupted.set()
+                tell(lease.interrupted.set)
             else:
                 left = lease._valid_until - now
                 slack = left if slack is None else min(slack, left)
@@ -269,23 +329,24 @@ class Renewals:
         if slack is not None:
             self.slack_s = slack
         if failed:
-            self._log_failed(failed)
+            tell(functools.partial(self._log_failed, failed))
 
-    async def _renew(self, leases: tuple[Lease, ...]) -> list[Any]:
+    async def _renew(self, scripts: scripting.Scripts, leases: tuple[Lease, ...]) -> list[Any]:
         calls: list[scripting.Guarded[housekeeping.Renewed]] = [
             (housekeeping.LeaseRenew(ttl_ms=lease.ttl_ms), lease.holder, lease.epoch, lease.keys)
             for lease in leases
         ]
         with contextlib.suppress(Exception):
-            return await self.scripts.run_all(calls)
+            return await scripts.run_all(calls)
         # The pipeline failed as a whole: each on its own (bounded), so what answers renews.
         gate = asyncio.Semaphore(_ONE_BY_ONE)
 
-        async def one(lease: Lease) -> Any:
+        async def one(call: scripting.Guarded[housekeeping.Renewed]) -> Any:
             async with gate:
-                return await lease.run(housekeeping.LeaseRenew(ttl_ms=lease.ttl_ms))
+                renew, holder, epoch, lease_keys = call
+                return await scripts.run(renew, holder=holder, epoch=epoch, lease_keys=lease_keys)
 
-        return list(await asyncio.gather(*map(one, leases), return_exceptions=True))
+        return list(await asyncio.gather(*map(one, calls), return_exceptions=True))
 
     def _log_failed(self, failed: list[tuple[Lease, Exception]]) -> None:
         # One line per round, however many leases: Redis unreachable (or a surprise). Their
@@ -305,6 +366,14 @@ class Renewals:
             retry_in_s=round(self.interval_s, 3),
             **({} if reachable else {"variable": redis_link.VARIABLE}),
         )
+
+
+_Teller = Callable[[Callable[[], object]], object]
+"""Runs a callback on the leases' loop: at once when the round runs on it, else posted."""
+
+
+def _at_once(callback: Callable[[], object]) -> None:
+    callback()
 
 
 _ONE_BY_ONE = 64
