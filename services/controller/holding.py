@@ -134,96 +134,95 @@ async def _hold(
     passed = handing_back = runtime_down = False
     retries = redis_link.Backoff()
     try:
-        async with recovery.seats.holding(on_pass) as session:
+        # Renewed from the moment it is held, and through the seats' stop (their work still
+        # writes under it): the renewals' round must never wait for this swarm's start.
+        async with lease.renewing(), recovery.seats.holding(on_pass) as session:
             watch = asyncio.create_task(
                 _follow(recovery, session, relist, stop), name=f"recovery-watch-{swarm}"
             )
             try:
-                async with lease.renewing():
-                    if recovery.pacer is not None:
-                        # The first resync waits for its turn too: a controller taking
-                        # thousands of swarms at once must not saturate itself (the watch
-                        # brings failures meanwhile).
-                        await waiting.first(
-                            (session.halted, stop, lease.lost, lease.interrupted, link.down,
-                             *shared),
-                            recovery.pacer.delay(),
-                        )  # fmt: skip
-                    while not stop.is_set() and not lease.lost.is_set():
-                        _check_interrupted(recovery, session)
-                        if session.failure is not None:
-                            # A seat's write found the lease lost (between passes).
+                if recovery.pacer is not None:
+                    # The first resync waits for its turn too: a controller taking
+                    # thousands of swarms at once must not saturate itself (the watch
+                    # brings failures meanwhile).
+                    await waiting.first(
+                        (session.halted, stop, lease.lost, lease.interrupted, link.down,
+                         *shared),
+                        recovery.pacer.delay(),
+                    )  # fmt: skip
+                while not stop.is_set() and not lease.lost.is_set():
+                    _check_interrupted(recovery, session)
+                    if session.failure is not None:
+                        # A seat's write found the lease lost (between passes).
+                        logs.event(
+                            log,
+                            "pass_stopped",
+                            logging.WARNING,
+                            swarm=swarm,
+                            reason="lease_lost",
+                            holder=lease.holder,
+                        )
+                        break
+                    if share is not None and not share.may_keep(swarm):
+                        handing_back = True
+                        break
+                    for event in (relist, *shared):
+                        event.clear()
+                    wakes = (
+                        session.halted,
+                        stop,
+                        lease.lost,
+                        lease.interrupted,
+                        link.down,
+                        *shared,
+                    )
+                    try:
+                        report = await recovery.reconcile()
+                    except pods.PodsUnavailable as exc:
+                        # The Kubernetes API does not answer: the runtime logs one line per
+                        # step of its own backoff; the pass is tried again when it answers.
+                        delay = retries.next()
+                        if not runtime_down:
+                            runtime_down = True
                             logs.event(
                                 log,
-                                "pass_stopped",
+                                "swarm_loop_interrupted",
                                 logging.WARNING,
                                 swarm=swarm,
-                                reason="lease_lost",
                                 holder=lease.holder,
-                            )
-                            break
-                        if share is not None and not share.may_keep(swarm):
-                            handing_back = True
-                            break
-                        for event in (relist, *shared):
-                            event.clear()
-                        wakes = (
-                            session.halted,
-                            stop,
-                            lease.lost,
-                            lease.interrupted,
-                            link.down,
-                            *shared,
-                        )
-                        try:
-                            report = await recovery.reconcile()
-                        except pods.PodsUnavailable as exc:
-                            # The Kubernetes API does not answer: the runtime logs one line per
-                            # step of its own backoff; the pass is tried again when it answers.
-                            delay = retries.next()
-                            if not runtime_down:
-                                runtime_down = True
-                                logs.event(
-                                    log,
-                                    "swarm_loop_interrupted",
-                                    logging.WARNING,
-                                    swarm=swarm,
-                                    holder=lease.holder,
-                                    dependency="kubernetes",
-                                    exception=type(exc).__name__,
-                                    retry_in_s=delay,
-                                )
-                            recovery.runtime_back.clear()
-                            await waiting.first((*wakes, recovery.runtime_back), delay)
-                            continue
-                        except Exception as exc:
-                            if redis_link.unreachable(exc):
-                                raise
-                            # Not Redis (the runtime's list, a surprise): the lease is kept and
-                            # the pass is tried again after a backoff, the watch's cue aside.
-                            delay = retries.next()
-                            logs.event(
-                                log,
-                                "pass_failed",
-                                logging.ERROR,
-                                swarm=swarm,
+                                dependency="kubernetes",
                                 exception=type(exc).__name__,
                                 retry_in_s=delay,
                             )
-                            await waiting.first(wakes, delay)
-                            continue
-                        retries.reset()
-                        if runtime_down:
-                            runtime_down = False
-                            logs.event(
-                                log, "swarm_loop_resumed", swarm=swarm, dependency="kubernetes"
-                            )
-                        if on_pass is not None:
-                            on_pass(report)
-                        if report.lease_lost:
-                            break
-                        passed = True
-                        await _between_passes(session, relist, wakes, interval_s, recovery.pacer)
+                        recovery.runtime_back.clear()
+                        await waiting.first((*wakes, recovery.runtime_back), delay)
+                        continue
+                    except Exception as exc:
+                        if redis_link.unreachable(exc):
+                            raise
+                        # Not Redis (the runtime's list, a surprise): the lease is kept and
+                        # the pass is tried again after a backoff, the watch's cue aside.
+                        delay = retries.next()
+                        logs.event(
+                            log,
+                            "pass_failed",
+                            logging.ERROR,
+                            swarm=swarm,
+                            exception=type(exc).__name__,
+                            retry_in_s=delay,
+                        )
+                        await waiting.first(wakes, delay)
+                        continue
+                    retries.reset()
+                    if runtime_down:
+                        runtime_down = False
+                        logs.event(log, "swarm_loop_resumed", swarm=swarm, dependency="kubernetes")
+                    if on_pass is not None:
+                        on_pass(report)
+                    if report.lease_lost:
+                        break
+                    passed = True
+                    await _between_passes(session, relist, wakes, interval_s, recovery.pacer)
             finally:
                 watch.cancel()
                 _, stuck = await asyncio.wait([watch], timeout=HELPER_STOP_S)
