@@ -285,7 +285,7 @@ class Renewals:
         scripts = scripting.Scripts(client)
         try:
             while not self._halt.wait(self.interval_s):
-                await self.round(scripts, loop.call_soon_threadsafe)
+                await self.round(scripts, functools.partial(_post, loop))
         finally:
             await client.aclose()
 
@@ -301,33 +301,36 @@ class Renewals:
             self._idle.set()
             return
         started = time.monotonic()
+        slack: float | None = None
+        settled: list[tuple[Lease, Any]] = []
         try:
             results = await self._renew(scripts, leases)
+            now = time.monotonic()
+            # Under the lock, and before the round counts as done: a lease let go meanwhile is
+            # left as its holder left it (never valid again after it forgot it).
+            with self._lock:
+                for lease, result in zip(leases, results, strict=True):
+                    if lease not in self._leases:
+                        continue
+                    if isinstance(result, Exception):
+                        settled.append((lease, result))
+                        continue
+                    left = lease._valid_until - now
+                    slack = left if slack is None else min(slack, left)
+                    lease._valid_until = started + lease.ttl_ms / 1000
         finally:
             with self._lock:
                 self._in_flight = frozenset()
                 self._idle.set()
-        now = time.monotonic()
-        slack: float | None = None
-        failed: list[tuple[Lease, Exception]] = []
-        with self._lock:
-            live = [
-                (lease, r)
-                for lease, r in zip(leases, results, strict=True)
-                if lease in self._leases
-            ]
-        for lease, result in live:
-            if isinstance(result, scripting.LeaseLost):
-                tell(lease._mark_lost)
-            elif isinstance(result, Exception):
-                failed.append((lease, result))
-                tell(lease.interrupted.set)
-            else:
-                left = lease._valid_until - now
-                slack = left if slack is None else min(slack, left)
-                lease._valid_until = started + lease.ttl_ms / 1000
         if slack is not None:
             self.slack_s = slack
+        failed: list[tuple[Lease, Exception]] = []
+        for lease, result in settled:
+            if isinstance(result, scripting.LeaseLost):
+                tell(lease._mark_lost)
+            else:
+                failed.append((lease, result))
+                tell(lease.interrupted.set)
         if failed:
             tell(functools.partial(self._log_failed, failed))
 
@@ -374,6 +377,12 @@ _Teller = Callable[[Callable[[], object]], object]
 
 def _at_once(callback: Callable[[], object]) -> None:
     callback()
+
+
+def _post(loop: asyncio.AbstractEventLoop, callback: Callable[[], object]) -> None:
+    # The loop may have closed under the thread (a process ending without a clean stop).
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(callback)
 
 
 _ONE_BY_ONE = 64

@@ -403,8 +403,8 @@ class Scripts:
         Cluster) however many there are, each script still atomic on its own.
 
         Returns, in order, each call's reply or what it raised: `LeaseLost`, or the Redis
-        error of that one call. A script Redis does not know (it restarted, or a replica was
-        promoted) is run again on its own, which loads it.
+        error of that one call. Scripts Redis does not know (it restarted, or a replica was
+        promoted) are loaded and their calls sent again in one more pipeline.
 
         Raises:
             Exception: the pipeline as a whole failed (Redis unreachable): nothing is known of
@@ -423,13 +423,24 @@ class Scripts:
             args: list[str | int] = [holder, epoch, *call.args()]
             pipe.evalsha(self._scripts[call.script].sha, len(keys), *keys, *args)
             sent.append((i, keys, args, number))
-        raws = await pipe.execute(raise_on_error=False) if sent else []
-        for (i, keys, args, number), raw in zip(sent, raws, strict=True):
+        raws = list(await pipe.execute(raise_on_error=False)) if sent else []
+        again = [k for k, raw in enumerate(raws) if isinstance(raw, NoScriptError)]
+        if again:
+            # Redis forgot its scripts (restarted, a replica promoted): each loaded once (on
+            # every primary of a Cluster), then those calls sent again in one more pipeline,
+            # never one by one (a thousand round trips would hold a round up for seconds).
+            for name in sorted({guarded[sent[k][0]][0].script for k in again}):
+                await self._client.script_load(self._scripts[name].script)
+            pipe = self._client.pipeline(transaction=False)
+            for k in again:
+                i, keys, args, _ = sent[k]
+                pipe.evalsha(self._scripts[guarded[i][0].script].sha, len(keys), *keys, *args)
+            for k, raw in zip(again, await pipe.execute(raise_on_error=False), strict=True):
+                raws[k] = raw
+        for (i, keys, _, number), raw in zip(sent, raws, strict=True):
             call = guarded[i][0]
             try:
-                if isinstance(raw, NoScriptError):
-                    raw = await self._scripts[call.script](keys=keys, args=args)
-                elif isinstance(raw, Exception):
+                if isinstance(raw, Exception):
                     raise raw
                 out[i] = self._reply(call, keys[0], raw, number)
             except Exception as exc:

@@ -218,3 +218,33 @@ async def test_renewals_on_their_own_thread_keep_leases_while_the_loop_is_blocke
     finally:
         await renewals.close()
     assert not any(t.name == "lease-renewals" for t in threading.enumerate())
+
+
+async def test_a_round_after_redis_forgot_its_scripts_loads_them_once(
+    redis_client: aioredis.Redis,
+) -> None:
+    """Redis restarted or failed over forgets its scripts: a round's renewals answer NOSCRIPT,
+    the script is loaded once and the round's calls are sent again together; every lease is
+    renewed in that same round."""
+    scripts = scripting.Scripts(redis_client)
+    renewals = leasing.Renewals(scripts, 1500)
+    leases = [
+        leasing.Lease(scripts, f"swarm-{i}", "controller-s", ttl_ms=1500, renewals=renewals)
+        for i in range(30)
+    ]
+    assert all([await lease.acquire() for lease in leases])
+    async with contextlib.AsyncExitStack() as stack:
+        for lease in leases:
+            await stack.enter_async_context(lease.renewing())
+        await redis_client.script_flush()
+        before = await redis_client.info("commandstats")
+        await renewals.round(scripts)
+        after = await redis_client.info("commandstats")
+        loads = after.get("cmdstat_script|load", {}).get("calls", 0) - before.get(
+            "cmdstat_script|load", {}
+        ).get("calls", 0)
+        assert loads == 1
+        assert renewals.slack_s is not None and renewals.slack_s > 0
+        assert not any(lease.lost.is_set() or lease.interrupted.is_set() for lease in leases)
+        for i in range(30):
+            assert 0 < await redis_client.pttl(keys.lease(f"swarm-{i}")) <= 1500
