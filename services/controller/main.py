@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import logging
 import os
@@ -254,6 +255,11 @@ async def serve(conf: settings.ControllerSettings, ready: asyncio.Event | None =
                     host = advertised_host(conf)
                     hub.sharing.advertise(f"{host}:{port}", f"{host}:{http_port}")
                     await hub.start()
+                    # What the start built (every swarm's recovery, the Pod watch's cache of
+                    # every worker) lives as long as the process: kept out of the collector's
+                    # full passes, which over a heap of millions of objects held the loop and
+                    # the renewals' thread alike for a second or more at a time.
+                    gc.freeze()
                     logs.event(
                         log,
                         "listening",
