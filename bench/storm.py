@@ -981,13 +981,13 @@ async def _scale_measure(
         await scrape()
     seconds = time.perf_counter() - t0
     cpu, calls = controller.cpu() - cpu0, server.calls() - calls0
-    commands_note = sum(calls.values()) / seconds
+    requests_per_s = sum(calls.values()) / seconds
     lowest = min(slacks, default=float("nan"))
     median = sorted(scrapes)[len(scrapes) // 2] * 1000
     rss = rss_mib(controller.proc.pid)
     fewest = int(min(held_seen, default=0))
     print(f"  idle {seconds:.0f} s: controller CPU {cpu / seconds * 100:.1f}% of one core, "
-          f"RSS {rss:.0f} MiB, API requests {commands_note:.1f}/s")  # fmt: skip
+          f"RSS {rss:.0f} MiB, API requests {requests_per_s:.1f}/s")  # fmt: skip
     print(f"  lease renewal slack: lowest {lowest:.2f} s of {SCALE_LEASE_MS / 1000:.0f} s "
           f"({len(slacks)} scrapes); leases held per /metrics: {fewest}")  # fmt: skip
     each = ", ".join(f"{t * 1000:.0f}" for t in scrapes)

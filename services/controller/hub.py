@@ -269,13 +269,12 @@ class Hub:
             except (pods.PodsError, TimeoutError) as exc:
                 logs.event(log, "workers_unlisted", logging.WARNING, exception=type(exc).__name__)
         await self._found(names)
-        for swarm in sorted(running - set(names)):
-            if keys.is_name(swarm):
-                await self.recovery(swarm, create=True)
+        await self._found(sorted(running - set(names)))
 
     async def _found(self, swarms: Iterable[str]) -> None:
-        """Start the loop of every swarm not known here yet (applied on another replica): the
-        names come from the swarm index, so they are not looked up again."""
+        """Start the loop of every swarm not known here yet (applied on another replica, or
+        one whose workers run): the names come from the swarm index or the runtime, so they
+        are not looked up again."""
         for swarm in swarms:
             if swarm not in self._recoveries and keys.is_name(swarm):
                 await self.recovery(swarm, create=True)

@@ -97,8 +97,6 @@ class _Outcomes:
     """`agentihooks_restore_outcomes_total{swarm,type}`, `agentihooks_recovery_paused{swarm}`
     and `agentihooks_state_lost{swarm}`, from the last refresh."""
 
-    KINDS = ("native", "reconstructed", "fresh")
-
     def __init__(self) -> None:
         self.by_swarm: dict[str, Mapping[str, int]] = {}
         self.paused: dict[str, bool] = {}
@@ -109,7 +107,7 @@ class _Outcomes:
         yield _head(name, "Verified restore outcomes by continuity type", "counter")
         for swarm, counts in sorted(self.by_swarm.items()):
             label = _label(swarm)
-            for kind in self.KINDS:
+            for kind in reading.OUTCOME_KINDS:
                 value = floatToGoString(counts.get(kind, 0))
                 yield f'{name}{{swarm="{label}",type="{kind}"}} {value}\n'
         yield from _flags(

@@ -24,6 +24,20 @@ RATE = float(settings.DEFAULT_RESYNC_RATE)
 (`AGENTIHOOKS_RESYNC_RATE`)."""
 
 
+class _Turns:
+    """One line of turns `gap` seconds apart."""
+
+    def __init__(self, gap: float) -> None:
+        self._gap = gap
+        self._next = 0.0
+
+    def take(self, after: float) -> float:
+        now = asyncio.get_running_loop().time()
+        turn = max(now + after, self._next)
+        self._next = turn + self._gap
+        return turn - now
+
+
 class Pacer:
     """Turns for the resyncs nobody asked for, at most `rate` a second.
 
@@ -34,17 +48,13 @@ class Pacer:
     def __init__(self, rate: float = RATE) -> None:
         if rate <= 0:
             raise ValueError("the resync rate must be positive")
-        self._gap = 1.0 / rate
-        self._next = 0.0
-        self._asked_next = 0.0
+        self._periodic = _Turns(1.0 / rate)
+        self._asked = _Turns(1.0 / rate)
 
     def delay(self, after: float = 0.0) -> float:
         """Take the first free turn at least `after` seconds from now: the seconds until it
         comes. A turn not used (the swarm was woken before it) is simply lost."""
-        now = asyncio.get_running_loop().time()
-        turn = max(now + after, self._next)
-        self._next = turn + self._gap
-        return turn - now
+        return self._periodic.take(after)
 
     def asked(self) -> float:
         """Take the next turn for a resync the watch asked for: the seconds until it comes.
@@ -52,7 +62,4 @@ class Pacer:
         behind thousands of periodic ones (it runs at once), while a list that asks every swarm
         at once (the Pod watch listed again after a break) is spread out, not run all together.
         """
-        now = asyncio.get_running_loop().time()
-        turn = max(now, self._asked_next)
-        self._asked_next = turn + self._gap
-        return turn - now
+        return self._asked.take(0.0)

@@ -256,8 +256,15 @@ def _requests(raw: Mapping[str, str]) -> list[tuple[str, records.Request]]:
 
 async def restore_outcomes_by_type(client: redis_link.Client, swarm: str) -> dict[str, int]:
     """Recovery.restore_outcomes_by_type: verified outcomes as native, reconstructed, fresh."""
-    raw = await _hash(client, keys.outcomes_by_type(swarm)) or {}
-    return {kind: int(raw.get(kind, "0")) for kind in ("native", "reconstructed", "fresh")}
+    return _outcome_counts(await _hash(client, keys.outcomes_by_type(swarm)) or {})
+
+
+OUTCOME_KINDS = ("native", "reconstructed", "fresh")
+"""The continuity types verified outcomes are counted by."""
+
+
+def _outcome_counts(raw: Mapping[str, str]) -> dict[str, int]:
+    return {kind: int(raw.get(kind, "0")) for kind in OUTCOME_KINDS}
 
 
 async def outcomes_and_pauses(
@@ -273,8 +280,7 @@ async def outcomes_and_pauses(
     out: dict[str, tuple[dict[str, int], bool]] = {}
     for i, swarm in enumerate(swarms):
         raw = records.text_hash(found[2 * i]) if found[2 * i] else {}
-        counts = {kind: int(raw.get(kind, "0")) for kind in ("native", "reconstructed", "fresh")}
-        out[swarm] = (counts, bool(found[2 * i + 1]))
+        out[swarm] = (_outcome_counts(raw), bool(found[2 * i + 1]))
     return out
 
 

@@ -351,6 +351,23 @@ AfterWrite = Callable[[str, Mapping[str, Any]], None]
 simulate a crash right there)."""
 
 
+def _sending(
+    call: Call[S], holder: str, epoch: int | None, lease_keys: Sequence[str]
+) -> tuple[list[str], list[str | int], int]:
+    """KEYS and ARGV of a guarded call (the lease's first) and its number for the failpoint
+    (counted here, before it is sent).
+
+    Raises:
+        LeaseLost: this holder never acquired (no epoch): nothing is sent.
+    """
+    if epoch is None:
+        raise LeaseLost(call.script)
+    keys = [*lease_keys, *call.keys()]
+    failpoint = FAILPOINT if call.script not in _UNCOUNTED else None
+    number = failpoint.before_write(call.script, keys[0]) if failpoint is not None else 0
+    return keys, [holder, epoch, *call.args()], number
+
+
 class Scripts:
     """The registered scripts of one Redis client.
 
@@ -389,13 +406,8 @@ class Scripts:
         Raises:
             LeaseLost: the lease no longer names this holder and epoch; nothing was written.
         """
-        name = call.script
-        if epoch is None:
-            raise LeaseLost(name)
-        keys = [*lease_keys, *call.keys()]
-        failpoint = FAILPOINT if name not in _UNCOUNTED else None
-        number = failpoint.before_write(name, keys[0]) if failpoint is not None else 0
-        raw = await self._scripts[name](keys=keys, args=[holder, epoch, *call.args()])
+        keys, args, number = _sending(call, holder, epoch, lease_keys)
+        raw = await self._scripts[call.script](keys=keys, args=args)
         return self._reply(call, keys[0], raw, number)
 
     async def run_all(self, guarded: Sequence[Guarded[S]]) -> list[Reply[S] | Exception]:
@@ -410,17 +422,15 @@ class Scripts:
             Exception: the pipeline as a whole failed (Redis unreachable): nothing is known of
                 any call.
         """
-        out: list[Reply[S] | Exception | None] = [None] * len(guarded)
+        out: dict[int, Reply[S] | Exception] = {}
         sent: list[tuple[int, list[str], list[str | int], int]] = []
         pipe = self._client.pipeline(transaction=False)
         for i, (call, holder, epoch, lease_keys) in enumerate(guarded):
-            if epoch is None:
-                out[i] = LeaseLost(call.script)
+            try:
+                keys, args, number = _sending(call, holder, epoch, lease_keys)
+            except LeaseLost as lost:
+                out[i] = lost
                 continue
-            keys = [*lease_keys, *call.keys()]
-            failpoint = FAILPOINT if call.script not in _UNCOUNTED else None
-            number = failpoint.before_write(call.script, keys[0]) if failpoint is not None else 0
-            args: list[str | int] = [holder, epoch, *call.args()]
             pipe.evalsha(self._scripts[call.script].sha, len(keys), *keys, *args)
             sent.append((i, keys, args, number))
         raws = list(await pipe.execute(raise_on_error=False)) if sent else []
@@ -445,7 +455,7 @@ class Scripts:
                 out[i] = self._reply(call, keys[0], raw, number)
             except Exception as exc:
                 out[i] = exc
-        return [r if r is not None else LeaseLost("") for r in out]
+        return [out[i] for i in range(len(guarded))]
 
     def _reply(self, call: Call[S], lease_key: str, raw: Any, number: int) -> Reply[S]:
         """A guarded script's raw answer as its typed reply (LeaseLost when it wrote nothing
