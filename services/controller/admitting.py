@@ -16,12 +16,14 @@ from services.controller.state import reading, records, transitions, writing
 @dataclasses.dataclass(frozen=True)
 class Admission:
     """The answer of `admit`: the script's status, the decision as recorded afterwards, and
-    when accepted now the replacement and its seat as written."""
+    when accepted now the replacement and its seat as written, with the swarm's config they
+    were admitted under (what launching the replacement needs: nothing is read again)."""
 
     status: transitions.AcceptStatus
     decision: records.Decision | None
     replacement: records.Execution | None = None
     seat: records.Seat | None = None
+    config: records.SwarmConfig | None = None
 
 
 def task_recovery_accepted(
@@ -130,4 +132,15 @@ async def admit(
     if accepted.status is transitions.AcceptStatus.RELEASING:
         fence = await releasing.release_authority(ctx, fence)
         accepted = await accept()
-    return Admission(accepted.status, accepted.decision, accepted.replacement, accepted.seat)
+    return Admission(
+        accepted.status, accepted.decision, accepted.replacement, accepted.seat, config
+    )
+
+
+async def accepted_before(
+    ctx: replacing.Context, fence: records.Fence, choice: records.Choice
+) -> Admission:
+    """What the accept script answers a choice made without a directive: `repeated` (with the
+    decision accepted before), `conflict`, or `unplanned` when neither (nothing written)."""
+    accepted = await ctx.writer.accepted_before(fence, choice)
+    return Admission(accepted.status, accepted.decision)

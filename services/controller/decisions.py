@@ -18,6 +18,7 @@ from services.controller import (
     admitting,
     authorizing,
     deciding,
+    observations,
     policy,
     releasing,
     replacing,
@@ -33,10 +34,13 @@ REFUSED_REQUEST = "controller: the recovery request for %s was refused: %s"
 
 @dataclasses.dataclass(frozen=True)
 class Result:
-    """An accepted decision; `repeated` when it was accepted before (nothing new admitted)."""
+    """An accepted decision; `repeated` when it was accepted before (nothing new admitted).
+    `admitted`: the replacement accepted now, as written (what its seat's worker launches
+    with nothing read again)."""
 
     decision: records.Decision
     repeated: bool
+    admitted: observations.Admitted | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,26 +132,23 @@ async def choose(
     fence = await reading.fence(ctx.client, ctx.swarm, execution)
     if fence is None:
         raise errors.Refused(deciding.NOT_PENDING)
-    existing = await reading.decision(ctx.client, ctx.swarm, execution)
-    if existing is not None and existing.state is records.DecisionState.ACCEPTED:
-        # Decided before: the same choice repeats it (even after a restart or an image
-        # change), anything else is refused; neither touches the fence, directive or ledger.
-        if existing.choice is not choice:
-            raise errors.Refused(deciding.NOT_PENDING)
-        if request_field is not None:
-            await ctx.writer.drop_request(
-                request_field,
-                execution_id=execution,
-                seat=fence.seat,
-                detail=telemetry.detail(request="repeated", choice=choice.value),
-            )
-        return Result(existing, repeated=True)
-    # The authority releases precede any replacement (the accept script checks them). The lost
-    # attempt's Pod is the seat's worker's to remove, after it launched the replacement: a
-    # decision call does no runtime call of its own beside that worker.
+    # The authority releases precede any replacement (the accept script checks them; after an
+    # acceptance they are all recorded, so a repeat does nothing here). The lost attempt's Pod
+    # is the seat's worker's to remove, after it launched the replacement: a decision call
+    # does no runtime call of its own beside that worker.
     fence = await releasing.release_authority(ctx, fence)
-    found = await ctx.checkpoints.newest_compatible(fence.scope, ctx.worker_image)
-    directive = deciding.plan_for(choice, fence, found)
+    try:
+        found = await ctx.checkpoints.newest_compatible(fence.scope, ctx.worker_image)
+        directive = deciding.plan_for(choice, fence, found)
+    except Exception:
+        # No directive (resume without a usable checkpoint, a store that could not be
+        # listed): the accept script still answers a repeat of the accepted choice (even
+        # after a restart or an image change) or a conflict; only otherwise is what stopped
+        # the plan the answer.
+        answered = await admitting.accepted_before(ctx, fence, choice)
+        if answered.status is transitions.AcceptStatus.UNPLANNED:
+            raise
+        return await _answer(ctx, fence, choice, answered, request_field)
     admission = await admitting.admit(
         ctx,
         fence,
@@ -159,10 +160,38 @@ async def choose(
         offer=deciding.offer(fence, found),
         request_field=request_field,
     )
+    return await _answer(ctx, fence, choice, admission, request_field)
+
+
+async def _answer(
+    ctx: replacing.Context,
+    fence: records.Fence,
+    choice: records.Choice,
+    admission: admitting.Admission,
+    request_field: str | None,
+) -> Result:
+    """The accept script's answer as the caller's: accepted now, or a repeat (a recorded
+    request it repeats is dropped with a `request` event); anything else is refused as not
+    pending (a different choice was accepted, the attempt is not fenced or not current)."""
     decided = admission.decision
-    accepted = (transitions.AcceptStatus.ACCEPTED, transitions.AcceptStatus.REPEATED)
-    if admission.status in accepted and decided is not None:
-        return Result(decided, repeated=admission.status is transitions.AcceptStatus.REPEATED)
+    status = admission.status
+    if status is transitions.AcceptStatus.ACCEPTED and decided is not None:
+        admitted = None
+        if admission.replacement is not None and admission.seat is not None:
+            admitted = observations.Admitted(
+                fence, admission.replacement, admission.seat, admission.config
+            )
+        return Result(decided, repeated=False, admitted=admitted)
+    if status is transitions.AcceptStatus.REPEATED and decided is not None:
+        # Decided before: neither the fence, directive nor ledger is touched.
+        if request_field is not None:
+            await ctx.writer.drop_request(
+                request_field,
+                execution_id=fence.execution_id,
+                seat=fence.seat,
+                detail=telemetry.detail(request="repeated", choice=choice.value),
+            )
+        return Result(decided, repeated=True)
     raise errors.Refused(deciding.NOT_PENDING)
 
 

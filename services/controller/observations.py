@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Iterable
 
 from services.controller.pods import runtime as pods
+from services.controller.state import records
 
 
 @dataclasses.dataclass
@@ -54,6 +55,18 @@ class PassReport:
         self.lease_lost = self.lease_lost or other.lease_lost
 
 
+@dataclasses.dataclass(frozen=True)
+class Admitted:
+    """A replacement a decision call admitted just now, as the accept script wrote it (with
+    the fence it replaces, its seat and the swarm's config): what the seat's worker launches
+    with nothing read again."""
+
+    fence: records.Fence
+    replacement: records.Execution
+    seat: records.Seat
+    config: records.SwarmConfig | None
+
+
 @dataclasses.dataclass
 class Seen:
     """What the runtime showed of a seat (and what was asked of it) since a worker last took it.
@@ -67,6 +80,9 @@ class Seen:
         witnessed: The newest listed attempt of the seat that carries the decision admitting
             it (its Pod's annotation) and that the records do not expect: Redis may have lost
             that decision, which the worker then writes back first (`witnessing`).
+        admitted: The replacement a decision call just admitted (`Admitted`). Alone, the
+            worker launches it from what the accept script returned; with anything else seen,
+            the seat is read and worked as usual.
     """
 
     failed: pods.Attempt | None = None
@@ -74,6 +90,7 @@ class Seen:
     missing: dict[str, int] = dataclasses.field(default_factory=dict)
     requests: bool = False
     witnessed: pods.Attempt | None = None
+    admitted: Admitted | None = None
 
     def merge(self, newer: Seen) -> None:
         """Add what was seen later: the newest failure wins (the watch's when both showed it)."""
@@ -89,6 +106,11 @@ class Seen:
             self.witnessed is None or newer.witnessed.generation >= self.witnessed.generation
         ):
             self.witnessed = newer.witnessed
+        if newer.admitted is not None and (
+            self.admitted is None
+            or newer.admitted.replacement.generation >= self.admitted.replacement.generation
+        ):
+            self.admitted = newer.admitted
 
     def covers(self, other: Seen) -> bool:
         """Whether `other` shows nothing this does not: the same failed attempt (or none), no
@@ -101,11 +123,17 @@ class Seen:
             self.witnessed is None or self.witnessed.execution_id != other.witnessed.execution_id
         ):
             return False
+        if other.admitted is not None and (
+            self.admitted is None
+            or self.admitted.replacement.execution_id != other.admitted.replacement.execution_id
+        ):
+            return False
         return other.missing.keys() <= self.missing.keys() and (self.requests or not other.requests)
 
     def retry(self) -> Seen:
         """What a retry after a failed step keeps: the failure and the requests (a missing
-        attempt was counted already; the next list counts it again)."""
+        attempt was counted already; the next list counts it again; an admission is read
+        again, as it may have moved on)."""
         return Seen(
             failed=self.failed,
             watched=self.watched,
@@ -115,8 +143,24 @@ class Seen:
 
     @property
     def needs_read(self) -> bool:
-        """Whether the worker reads the seat first (all but a failure the watch saw)."""
-        return self.failed is None or not self.watched or self.witnessed is not None
+        """Whether the worker reads the seat first: all but a failure the watch saw (fenced
+        first) and a replacement a decision call admitted (`launches_admitted`)."""
+        if self.witnessed is not None:
+            return True
+        if self.failed is not None:
+            return not self.watched
+        return not self.launches_admitted
+
+    @property
+    def launches_admitted(self) -> bool:
+        """Whether the worker's work is only to launch the replacement a decision call just
+        admitted, from what its accept script returned."""
+        return (
+            self.admitted is not None
+            and self.failed is None
+            and self.witnessed is None
+            and not self.missing
+        )
 
 
 def unexpected_witnesses(

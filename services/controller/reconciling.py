@@ -123,7 +123,11 @@ class Reconciler:
             report.restored.append(witnessed.execution_id)
             seat, read = await reading.seat(self.client, self.swarm, name), True
         decided = None
-        if seat is not None or not read:
+        if seen.launches_admitted and not read:
+            # A decision call admitted the replacement just now: launched from what its
+            # accept script returned, nothing read again (the launch script checks it).
+            decided = _admitted(seen)
+        elif seat is not None or not read:
             decided = await self._fence_and_decide(name, seat, seen, report)
         if requests:
             applied, refused = await decisions.apply_requests(self.ctx, list(requests))
@@ -387,3 +391,17 @@ class _Decided:
     fence: records.Fence | None
     admission: admitting.Admission | None
     config: records.SwarmConfig | None
+
+
+def _admitted(seen: observations.Seen) -> _Decided:
+    """The seat as the decision call that admitted its replacement left it (`Seen.admitted`)."""
+    admitted = seen.admitted
+    assert admitted is not None
+    admission = admitting.Admission(
+        transitions.AcceptStatus.ACCEPTED,
+        None,
+        admitted.replacement,
+        admitted.seat,
+        admitted.config,
+    )
+    return _Decided(admitted.seat, admitted.fence, admission, admitted.config)

@@ -233,18 +233,19 @@ class Recovery:
         report.seconds = time.monotonic() - started
         return report
 
-    async def recover_seat(self, name: str) -> PassReport:
+    async def recover_seat(
+        self, name: str, admitted: observations.Admitted | None = None
+    ) -> PassReport:
         """Bring one seat to the queue and wait for its next work (after a decision call: its
-        replacement launched); nothing when this controller holds no lease (its holder's
-        queue finds the seat)."""
+        replacement launched, from `admitted` when the call admitted it now); nothing when
+        this controller holds no lease (its holder's queue finds the seat)."""
         report = PassReport()
         if not self.lease.is_held():
             report.standby = True
             return report
         async with self.seats.using() as session:
-            await working.collect(
-                session.bring({name: observations.Seen()}, working.Wait.NEXT), report
-            )
+            seen = observations.Seen(admitted=admitted)
+            await working.collect(session.bring({name: seen}, working.Wait.NEXT), report)
         return report
 
     async def run(
@@ -301,8 +302,9 @@ class Recovery:
         )
         seat = keys.seat_of(result.decision.execution_id)
         if seat is not None:
-            # The replacement is launched by the seat's worker, before the caller is answered.
-            await self.recover_seat(seat)
+            # The replacement is launched by the seat's worker, before the caller is answered
+            # (from what the accept script returned, when accepted now).
+            await self.recover_seat(seat, result.admitted)
         await acknowledging.decided(self.durability, self.swarm, result.decision)
         return result
 

@@ -154,7 +154,11 @@ class AcceptStatus(enum.StrEnum):
     ACCEPTED = "accepted"
     """Replies the `replacement` and the `seat` as written."""
     REPEATED = "repeated"
+    """Replies the `decision` as stored; a request field is left for the caller to drop."""
     CONFLICT = "conflict"
+    UNPLANNED = "unplanned"
+    """Asked without a directive (`unplanned`) and neither repeated nor a conflict: nothing
+    written."""
     RELEASING = "releasing"
     PAUSED = "paused"
     NOT_CURRENT = "not_current"
@@ -186,6 +190,7 @@ class Accept(scripting.Call[AcceptStatus], script="accept"):
     swarm: scripting.Arg[str]
     detail: scripting.Arg[str]
     offer: scripting.Arg[Mapping[str, Any] | None]
+    unplanned: scripting.Arg[bool]
 
 
 class RestoreStatus(enum.StrEnum):

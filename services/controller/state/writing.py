@@ -263,8 +263,44 @@ class Writer(reports.Reports, bookkeeping.Bookkeeping):
         Returns:
             The status (`accepted`, `repeated`, `conflict`, `releasing`, `paused`,
             `not_current` or `no_fence`) and, when accepted, the replacement and the seat as
-            written.
+            written; accepted or repeated, the decision as stored.
         """
+        return await self._accept(
+            fence,
+            choice=choice,
+            replacement_id=replacement.execution_id,
+            decision=dict(decision),
+            replacement=replacement.to_hash(),
+            task_recovery=dict(task_recovery),
+            automatic=automatic,
+            request_field=request_field,
+            detail=detail,
+            offer=offer.to_json() if offer else None,
+        )
+
+    async def accepted_before(self, fence: records.Fence, choice: records.Choice) -> Accepted:
+        """Ask the accept script, without a directive, whether `choice` repeats the accepted
+        decision of the fenced attempt (`repeated`, with it) or conflicts with it (`conflict`);
+        otherwise `unplanned` (or what else stops an acceptance, such as `no_fence`). Writes
+        nothing."""
+        replacement_id = keys.execution_id(self.swarm, fence.seat, fence.generation + 1)
+        return await self._accept(fence, choice=choice, replacement_id=replacement_id)
+
+    async def _accept(
+        self,
+        fence: records.Fence,
+        *,
+        choice: records.Choice,
+        replacement_id: str,
+        decision: Mapping[str, str] | None = None,
+        replacement: Mapping[str, str] | None = None,
+        task_recovery: Mapping[str, Any] | None = None,
+        automatic: bool = False,
+        request_field: str | None = None,
+        detail: str = "",
+        offer: Mapping[str, Any] | None = None,
+    ) -> Accepted:
+        """The accept script; without a `replacement`, unplanned (see `accepted_before`)."""
         s, e = self.swarm, fence.execution_id
         reply = await self._run(
             transitions.Accept(
@@ -273,7 +309,7 @@ class Writer(reports.Reports, bookkeeping.Bookkeeping):
                 execution=keys.execution(s, e),
                 seat=keys.seat(s, fence.seat),
                 task=keys.task(s, fence.task_id),
-                replacement=keys.execution(s, replacement.execution_id),
+                replacement=keys.execution(s, replacement_id),
                 slots=keys.slots(s),
                 accounts=keys.accounts(s),
                 paused=keys.paused(s),
@@ -282,15 +318,16 @@ class Writer(reports.Reports, bookkeeping.Bookkeeping):
                 slots_used=keys.slots_used(s),
                 execution_id=e,
                 choice=choice.value,
-                decision_fields=dict(decision),
-                replacement_fields=replacement.to_hash(),
-                task_recovery=dict(task_recovery),
+                decision_fields=decision or {},
+                replacement_fields=replacement or {},
+                task_recovery=task_recovery or {},
                 automatic=automatic,
                 request_field=request_field,
                 at=self.now(),
                 swarm=s,
                 detail=detail,
-                offer=offer.to_json() if offer else None,
+                offer=offer,
+                unplanned=replacement is None,
             )
         )
         stored = reply.fields.get("decision")

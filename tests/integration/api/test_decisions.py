@@ -406,6 +406,38 @@ async def test_repeating_the_accepted_choice_returns_the_same_decision_also_afte
     assert await reading.execution(restarted.redis, "example", "example.eng-2.3") is None
 
 
+async def test_a_repeat_is_answered_even_while_the_checkpoint_store_cannot_be_listed(
+    controller: cs.Controller,
+) -> None:
+    """Spec: repeating the accepted choice returns the same decision and admits nothing new.
+    Issue 22: the accept script is the one check of a repeat or a conflict, so it answers one
+    also when the call has no directive to offer it (the store cannot be listed, or holds no
+    compatible checkpoint now); a first choice then fails with the store's error, and
+    nothing is written."""
+    await waiting(controller, checkpoints=({},))
+    first = await controller.stub.RestoreDecision(choose(RESUME), metadata=cs.OPERATOR)
+    await _launched(controller)
+    before = await _state(controller.redis)
+    root = controller.checkpoint_root
+    moved = root.with_name(root.name + ".away")
+    root.rename(moved)
+    root.write_text("not a folder: listing the store fails")
+    try:
+        again = await controller.stub.RestoreDecision(choose(RESUME), metadata=cs.OPERATOR)
+        assert again.repeated and again.decision == first.decision
+        error = await cs.refusal(
+            controller.stub.RestoreDecision(choose(FRESH), metadata=cs.OPERATOR)
+        )
+        assert (error.code(), error.details()) == (
+            grpc.StatusCode.FAILED_PRECONDITION,
+            NOT_PENDING,
+        )
+        assert await _state(controller.redis) == before
+    finally:
+        root.unlink()
+        moved.rename(root)
+
+
 @pytest.mark.parametrize(
     ("accepted", "conflicting"), [(RESUME, FRESH), (FRESH, RESUME)], ids=["resume", "fresh"]
 )

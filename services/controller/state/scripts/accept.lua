@@ -1,21 +1,24 @@
 -- Accept a decision once per fenced attempt and admit its one replacement (the arbiter of
--- concurrent decisions). A repeat of the accepted choice changes nothing; a different choice
--- is a conflict and changes nothing. Accepted or repeated, the decision as stored comes back.
+-- concurrent decisions, and the one check of a repeat or a conflict). A repeat of the accepted
+-- choice changes nothing; a different choice is a conflict and changes nothing. Accepted or
+-- repeated, the decision as stored comes back. A caller without a directive (resume without
+-- a usable checkpoint, or a store it could not list) asks with ARGV[14] = '1': it learns of a
+-- repeat or a conflict, and otherwise `unplanned`, with nothing written.
 -- KEYS[3] fence, [4] decision, [5] fenced execution, [6] seat, [7] task, [8] replacement
 --   execution, [9] slots, [10] accounts, [11] recovery-paused, [12] requests, [13] events,
 --   [14] slots used per account.
 -- ARGV[3] execution id, [4] choice, [5] decision fields, [6] replacement execution fields,
 --   [7] task recovery JSON, [8] '1' when only an unpaused swarm may accept (automatic),
---   [9] request field to drop or '', [10] at, [11] swarm, [12] detail JSON, [13] offer or ''.
+--   [9] request field to drop or '' (a repeat leaves it to the caller, which drops it with a
+--   `request` event), [10] at, [11] swarm, [12] detail JSON, [13] offer or '', [14] '1' when
+--   the caller has no directive (unplanned).
 if redis.call('EXISTS', KEYS[3]) == 0 then return reply({status = 'no_fence'}) end
 local decision = hgetall(KEYS[4])
 if decision.state == 'accepted' then
-  if decision.choice == ARGV[4] then
-    if ARGV[9] ~= '' then redis.call('HDEL', KEYS[12], ARGV[9]) end
-    return reply({status = 'repeated', decision = decision})
-  end
+  if decision.choice == ARGV[4] then return reply({status = 'repeated', decision = decision}) end
   return reply({status = 'conflict'})
 end
+if ARGV[14] == '1' then return reply({status = 'unplanned'}) end
 local fence = hgetall(KEYS[3])
 for _, kind in ipairs({'launch_grant', 'store_grants', 'account_slot'}) do
   if not fence['release:' .. kind] then return reply({status = 'releasing'}) end
