@@ -25,6 +25,8 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
+import orjson
+
 from services.common import directives
 
 Hash = Mapping[str, str]
@@ -269,7 +271,7 @@ def _converter(kind: Any) -> Callable[[str], Any]:
     from_json = _json_reader(kind)
 
     def read_json(raw: str) -> Any:
-        return from_json(json.loads(raw))
+        return from_json(orjson.loads(raw))
 
     return read_json
 
