@@ -5,7 +5,7 @@ so a controller killed between any two writes and restarted finishes the work wi
 of it twice." Issue 3 asks for exactly this test. The controller runs as `python -m
 services.controller.main` with RUNTIME=kubernetes against the API emulator in this process
 (through a generated kubeconfig) and a real redis-server. The kill comes from the test-only
-failpoint of `services.controller.state.scripting` (AGENTIHOOKS_FAULT_KILL_AFTER_WRITES /
+failpoint of `services.controller.state.failpoints` (AGENTIHOOKS_FAULT_KILL_AFTER_WRITES /
 _BEFORE_WRITES), or from the emulator's side for the one runtime step that no write follows at
 once (the Pod created, its credential Secret not yet). Each run recovers its own swarm, so runs
 share one Redis, one emulator and one controller history; Redis MONITOR and a Pod watch record
@@ -38,7 +38,7 @@ from agentihooks.swarm.v2 import types_pb2
 from services.common import tls, tls_settings
 from services.controller import telemetry
 from services.controller.pods import runtime, templates
-from services.controller.state import keys, reading, records, scripting
+from services.controller.state import failpoints, keys, reading, records
 from tests.e2e import kube_cluster
 from tests.support import controller_server as cs
 from tests.support import ports, redis_server
@@ -488,7 +488,7 @@ def plans(clean: list[dict[str, Any]]) -> list[Plan]:
     out = [
         Plan(
             f"kill after write {n} ({w['script']} {w.get('kind') or ''})",
-            {scripting.KILL_AFTER_WRITES: str(n)},
+            {failpoints.KILL_AFTER_WRITES: str(n)},
             True,
         )
         for n, w in enumerate(clean, 1)
@@ -496,7 +496,7 @@ def plans(clean: list[dict[str, Any]]) -> list[Plan]:
     out += [
         Plan(
             f"kill before write {n} ({w['script']} {w.get('kind') or ''})",
-            {scripting.KILL_BEFORE_WRITES: str(n)},
+            {failpoints.KILL_BEFORE_WRITES: str(n)},
             True,
         )
         for n, w in enumerate(clean, 1)
@@ -529,7 +529,7 @@ async def test_sigkill_after_each_write_of_a_recovery_then_restart_does_everythi
         await declare(lab, p, "crash-00")
         await lab.retire(p)
         clean = await recover(
-            lab, "crash-00", Plan("clean", {scripting.KILL_AFTER_WRITES: NEVER}, False)
+            lab, "crash-00", Plan("clean", {failpoints.KILL_AFTER_WRITES: NEVER}, False)
         )
         assert clean.kills == 0
         await check(lab, "crash-00", clean, "clean run")
@@ -554,7 +554,7 @@ async def test_sigkill_after_each_write_of_a_recovery_then_restart_does_everythi
             where = f"{plan.name} of {len(writes)}"
             assert run.kills == 1, where
             await check(lab, swarm, run, where)
-            if plan.env.get(scripting.KILL_AFTER_WRITES) == str(stored):
+            if plan.env.get(failpoints.KILL_AFTER_WRITES) == str(stored):
                 assert run.ack.repeated, where  # stored, then killed: the repeat returns it
             survivor = run.survivor
         await lab.retire(survivor)

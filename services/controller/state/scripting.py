@@ -14,8 +14,9 @@ called by hash (EVALSHA) through redis-py's `register_script`, which reloads a s
 restarted Redis forgot. Two scripts run without the lease: the acquisition that makes a holder,
 and `pass_reads` (what a listing pass reads first, in one call), which writes nothing.
 
-The runner also holds a test-only failpoint (`Failpoint`), inert unless its environment
-variables are set: the end-to-end crash test SIGKILLs a controller process at an exact write.
+The runner counts its writes for the test-only failpoint (`failpoints`), inert unless its
+environment variables are set: the end-to-end crash test SIGKILLs a controller process at an
+exact write.
 """
 
 from __future__ import annotations
@@ -24,10 +25,7 @@ import dataclasses
 import enum
 import importlib.resources
 import json
-import logging
 import operator
-import os
-import signal
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Any, ClassVar, Final, Generic, TypeVar
@@ -36,9 +34,8 @@ import orjson
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from services.common import logs, redis_link
-
-log = logging.getLogger("services.controller.failpoint")
+from services.common import redis_link
+from services.controller.state import failpoints
 
 LEASE_LOST: Final = "lease_lost"
 _LEASE_LOST_REPLIES: Final = frozenset({LEASE_LOST, LEASE_LOST.encode()})
@@ -262,92 +259,6 @@ def _source(name: str) -> str:
 
 _SOURCES: Final = {name: _source(name) for name in SCRIPT_NAMES}
 
-KILL_AFTER_WRITES: Final = "AGENTIHOOKS_FAULT_KILL_AFTER_WRITES"
-KILL_BEFORE_WRITES: Final = "AGENTIHOOKS_FAULT_KILL_BEFORE_WRITES"
-
-_UNCOUNTED: Final = frozenset({"lease_renew", "lease_release"})
-"""Lease bookkeeping runs on timers and at a clean stop, so counting it would make the N-th
-write depend on timing; acquisition is not a guarded script and is not counted either."""
-
-
-@dataclasses.dataclass
-class Failpoint:
-    """TEST-ONLY failpoint: SIGKILL this process at an exact write. Inert unless set.
-
-    With `AGENTIHOOKS_FAULT_KILL_AFTER_WRITES=N` the process kills itself right after its N-th
-    counted write came back from Redis (the write happened, nobody acted on it); with
-    `AGENTIHOOKS_FAULT_KILL_BEFORE_WRITES=N` right before its N-th counted write is sent (so
-    whatever the step did first, such as creating a Pod, happened and is not recorded).
-    Counted writes are every guarded script call of this process (all swarms, one counter),
-    whatever its status, except lease renewals and releases. While armed, each counted write
-    is logged as a `failpoint_write` event (number, script, status, release kind, lease key)
-    so a clean run lists the writes of a recovery in order. Production never sets these.
-    """
-
-    kill_after: int | None
-    kill_before: int | None
-    count: int = 0
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Failpoint | None:
-        """The failpoint the environment arms, or None (the inert default).
-
-        Raises:
-            ValueError: a variable is set to anything but a positive integer.
-        """
-
-        def number(name: str) -> int | None:
-            text = env.get(name, "").strip()
-            if not text:
-                return None
-            if not text.isdigit() or int(text) < 1:
-                raise ValueError(f"{name} must be a positive integer")
-            return int(text)
-
-        after, before = number(KILL_AFTER_WRITES), number(KILL_BEFORE_WRITES)
-        if after is None and before is None:
-            return None
-        return cls(after, before)
-
-    def before_write(self, name: str, lease_key: str) -> int:
-        """Number the write about to be sent; kill first when it is the chosen one."""
-        self.count += 1
-        if self.count == self.kill_before:
-            self._kill("before", name, lease_key)
-        return self.count
-
-    def after_write(self, number: int, name: str, lease_key: str, reply: Mapping[str, Any]) -> None:
-        """Log the write that just ran; kill when it is the chosen one."""
-        logs.event(
-            log,
-            "failpoint_write",
-            number=number,
-            script=name,
-            status=reply.get("status"),
-            kind=reply.get("kind"),
-            lease_key=lease_key,
-        )
-        if number == self.kill_after:
-            self._kill("after", name, lease_key)
-
-    def _kill(self, when: str, name: str, lease_key: str) -> None:
-        logs.event(
-            log,
-            "failpoint_kill",
-            logging.WARNING,
-            number=self.count,
-            when=when,
-            script=name,
-            lease_key=lease_key,
-        )
-        # SIGKILL, not an exception: no finally block, lease release or flush runs, as in a
-        # real crash (the log handler has already written the line above).
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
-FAILPOINT: Final = Failpoint.from_env(os.environ)
-"""This process's failpoint: None (inert) unless a test armed it through the environment."""
-
 AfterWrite = Callable[[str, Mapping[str, Any]], None]
 """A test hook called with each script's name and reply after it ran on Redis (it may raise to
 simulate a crash right there)."""
@@ -365,7 +276,7 @@ def _sending(
     if epoch is None:
         raise LeaseLost(call.script)
     keys = [*lease_keys, *call.keys()]
-    failpoint = FAILPOINT if call.script not in _UNCOUNTED else None
+    failpoint = failpoints.FAILPOINT if call.script not in failpoints.UNCOUNTED else None
     number = failpoint.before_write(call.script, keys[0]) if failpoint is not None else 0
     return keys, [holder, epoch, *call.args()], number
 
@@ -473,7 +384,7 @@ class Scripts:
         for field in ("events", "admitted", "updated"):
             if reply.get(field) == {}:
                 reply[field] = []
-        failpoint = FAILPOINT if name not in _UNCOUNTED else None
+        failpoint = failpoints.FAILPOINT if name not in failpoints.UNCOUNTED else None
         if failpoint is not None:
             failpoint.after_write(number, name, lease_key, reply)
         if self.after_write is not None:
