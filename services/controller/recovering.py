@@ -14,7 +14,8 @@ restarted finishes the work without doing any of it twice. A controller that los
 changes nothing: its work stops at the first refused write.
 
 What a seat's reconcile does about refused restores, offers under a new worker image and
-attempts missing from the list is in `reconciling`.
+attempts missing from the list is in `reconciling`. The switches and the calls that pass
+straight through to one module are in `calls` (a base of `Recovery`).
 """
 
 from __future__ import annotations
@@ -22,27 +23,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
 
-from services.common import directives, errors, logs, redis_link, settings
+from services.common import errors, logs, redis_link, settings
 from services.controller import (
     acknowledging,
+    calls,
     decisions,
     holding,
-    launch_records,
     losing,
     losses,
     observations,
-    outcomes,
     pacing,
     reconciling,
     replacing,
     resyncing,
     sessions,
     sharing,
-    swarms,
-    telemetry,
     working,
 )
 from services.controller.pods import runtime as pods
@@ -50,9 +47,9 @@ from services.controller.state import (
     durable,
     keys,
     leasing,
-    reading,
     records,
     scripting,
+    swarm_status,
     writing,
 )
 
@@ -69,7 +66,7 @@ MISSING_PASSES = reconciling.MISSING_PASSES
 PassReport = observations.PassReport
 
 
-class Recovery:
+class Recovery(calls.Calls):
     """The controller core of one swarm: its seat queue, passes, decisions, outcomes and status.
 
     Args:
@@ -261,32 +258,8 @@ class Recovery:
         report, and the report of work no pass waited for (metrics)."""
         await holding.run(self, stop, interval_s, on_pass)
 
-    # Switches.
-
-    async def pause(self) -> None:
-        """Set the swarm's recovery-paused key: failures are fenced and released but wait for
-        an explicit decision. The switch survives a controller restart. Returns once the
-        switch is durable (`acknowledging`)."""
-        await self.writer.set_paused(True)
-        await acknowledging.paused(self.durability, self.swarm, True)
-
-    async def unpause(self) -> None:
-        """Clear the swarm's recovery-paused key (returns once that is durable)."""
-        await self.writer.set_paused(False)
-        await acknowledging.paused(self.durability, self.swarm, False)
-
-    async def paused(self) -> bool:
-        return await reading.paused(self.client, self.swarm)
-
-    # Calls the API layer makes.
-
-    async def apply_swarm(self, document: str | Mapping[str, Any]) -> swarms.Applied:
-        """Declare or update this swarm from a document (see `swarms.apply`); returns once the
-        admission is durable (`acknowledging`)."""
-        parsed = swarms.parse(document)
-        applied = await swarms.apply(self.ctx, parsed)
-        await acknowledging.admitted(self.durability, parsed)
-        return applied
+    # Calls the API layer makes that work through the seat queue or the reconciler (the
+    # switches and the calls that pass straight through to one module are `calls.Calls`).
 
     async def restore_decision(
         self,
@@ -307,68 +280,6 @@ class Recovery:
             await self.recover_seat(seat, result.admitted)
         await acknowledging.decided(self.durability, self.swarm, result.decision)
         return result
-
-    async def request_restore_decision(
-        self,
-        execution_or_seat: str,
-        choice: records.Choice,
-        agent: str | None,
-        caller: records.Principal,
-    ) -> decisions.Recorded:
-        """Only record the choice (see `decisions.request_restore_decision`): the spec has the
-        next pass apply it, whose resync brings the seat to the queue with it."""
-        return await decisions.request_restore_decision(
-            self.ctx, execution_or_seat, choice, agent, caller
-        )
-
-    async def report_restore(
-        self,
-        caller: records.Principal,
-        *,
-        recovery: directives.Continuity,
-        checkpoint_id: str | None,
-        session_id: str | None,
-        watermark: int | None,
-    ) -> outcomes.Reported:
-        """Store a replacement's outcome (see `outcomes.report_restore`); returns once the
-        outcome is durable (`acknowledging`), a repeated one too."""
-        reported = await outcomes.report_restore(
-            self.ctx,
-            caller,
-            recovery=recovery,
-            checkpoint_id=checkpoint_id,
-            session_id=session_id,
-            watermark=watermark,
-        )
-        await acknowledging.reported(self.durability, self.swarm, reported.outcome)
-        return reported
-
-    async def report_refusal(self, caller: records.Principal, reason: str) -> None:
-        """Keep a replacement's restore refusal (see `outcomes.report_refusal`)."""
-        await outcomes.report_refusal(self.ctx, caller, reason)
-
-    async def report_capture(
-        self,
-        caller: records.Principal,
-        *,
-        native_session_id: str | None,
-        archive_watermark: int | None,
-        checkpoint_id: str | None = None,
-        final: bool = False,
-    ) -> None:
-        """Record a running attempt's session and watermark (see `outcomes.report_capture`)."""
-        await outcomes.report_capture(
-            self.ctx,
-            caller,
-            native_session_id=native_session_id,
-            archive_watermark=archive_watermark,
-            checkpoint_id=checkpoint_id,
-            final=final,
-        )
-
-    async def launch_record(self, caller: records.Principal) -> launch_records.LaunchRecord:
-        """The calling attempt's launch record (see `launch_records.launch_record`)."""
-        return await launch_records.launch_record(self.ctx, caller)
 
     async def current_offer(self, fence: records.Fence) -> records.Offer | None:
         """The offer of a fenced attempt under the controller's current compatibility key: what
@@ -392,7 +303,7 @@ class Recovery:
             )
             return None
 
-    async def status(self) -> reading.SwarmStatus:
+    async def status(self) -> swarm_status.SwarmStatus:
         """Tasks, seats, handoff cards, pause state and counters (a read: no lease needed).
 
         Each card's offer is the one under this controller's current compatibility key: the
@@ -402,24 +313,9 @@ class Recovery:
             errors.Unavailable: `state_lost` while Redis lost the swarm's state (`losing`).
         """
         await losing.refuse_if_lost(self)
-        return await reading.status(
+        return await swarm_status.status(
             self.client, self.swarm, self.ctx.worker_image, reoffer=self._card_offer
         )
-
-    async def restore_outcomes_by_type(self) -> dict[str, int]:
-        """Verified outcomes counted as native, reconstructed and fresh."""
-        return await outcomes.restore_outcomes_by_type(self.ctx)
-
-    async def events(
-        self, after: str | None = None, block_ms: int | None = None
-    ) -> list[telemetry.Event]:
-        """Fence, recovery and outcome events after a stream id (for `WatchRecovery`), once
-        they are durable (`acknowledging`): a watcher, such as the CLI waiting for the pass
-        that applies its request, is never shown a decision Redis may still lose."""
-        found = await telemetry.read(self.client, self.swarm, after=after, block_ms=block_ms)
-        if found:
-            await acknowledging.shown(self.durability, self.swarm, found[-1].id)
-        return found
 
 
 def refusal_of(exc: BaseException) -> errors.Refusal | None:

@@ -13,7 +13,7 @@ from agentihooks.swarm.v2 import types_pb2
 
 from services.common import directives, errors
 from services.controller import launch_records
-from services.controller.state import reading, records
+from services.controller.state import records, swarm_status
 
 CONTINUITY_PB = {
     directives.Continuity.NATIVE: types_pb2.CONTINUITY_NATIVE,
@@ -101,7 +101,7 @@ def outcome(o: records.Outcome) -> types_pb2.RestoreOutcome:
     return out
 
 
-def status(s: reading.SwarmStatus, runtime: str) -> pb.SwarmStatus:
+def status(s: swarm_status.SwarmStatus, runtime: str) -> pb.SwarmStatus:
     return pb.SwarmStatus(
         swarm=s.swarm,
         paused=s.paused,

@@ -9,7 +9,7 @@ import collections
 from typing import Any, Final
 
 from services.common import directives
-from services.controller.state import reading, records
+from services.controller.state import records, swarm_status
 
 
 def role(caller: records.Principal) -> str:
@@ -19,7 +19,9 @@ def role(caller: records.Principal) -> str:
     return "master" if isinstance(caller, records.Master) else "worker"
 
 
-def status(status: reading.SwarmStatus, runtime: str, caller: records.Principal) -> dict[str, Any]:
+def status(
+    status: swarm_status.SwarmStatus, runtime: str, caller: records.Principal
+) -> dict[str, Any]:
     """The status in the shape of `agentihooks swarm NAME status --json`, plus each card's
     fence time and restore refusal (the reason a replacement's restore stopped, if it did),
     and who the caller is (`operator` or `master`: the ledger offers unpausing to the
@@ -71,12 +73,12 @@ def status(status: reading.SwarmStatus, runtime: str, caller: records.Principal)
 
 CONTINUITY_COUNTED: Final = (
     *(c.value for c in directives.Continuity),
-    reading.PENDING_CONTINUITY,
+    swarm_status.PENDING_CONTINUITY,
 )
 """What the swarm panel counts seats by: each fenced seat's card's continuity."""
 
 
-def panel_row(status: reading.SwarmStatus) -> dict[str, Any]:
+def panel_row(status: swarm_status.SwarmStatus) -> dict[str, Any]:
     """A swarm in the swarm panel: paused or not, its seats counted by state, and by the
     continuity their card shows (native, reconstructed, fresh, or pending until the
     replacement reports; a seat never fenced has no card and is not counted there)."""
