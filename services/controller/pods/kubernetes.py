@@ -357,9 +357,9 @@ class KubernetesRuntime:
         credential's object may reach a log).
         """
         try:
-            routed = direct_requests.route(method) if self._direct is not None else None
-            if routed is not None and self._direct is not None:
-                response, body = await self._direct.send(routed, args, kwargs, self._timeout)
+            direct, routed = self._direct, direct_requests.route(method)
+            if direct is not None and routed is not None:
+                response, body = await direct.send(routed, args, kwargs, self._timeout)
             else:
                 response = await method(
                     *args, **kwargs, _preload_content=False, _request_timeout=self._timeout

@@ -10,7 +10,7 @@ from services.controller import observations
 from services.controller.pods import classifying
 from services.controller.pods import runtime as pods
 from services.controller.state import records
-from tests.unit.controller.test_witnesses import replacement
+from tests.unit.controller.test_witnesses import fence, replacement
 
 
 def admitted(generation: int = 2) -> observations.Admitted:
@@ -18,29 +18,16 @@ def admitted(generation: int = 2) -> observations.Admitted:
         replacement(), execution_id=records.ExecutionId(f"example.eng-2.{generation}")
     )
     execution = dataclasses.replace(execution, generation=generation)
-    fence = records.Fence(
-        execution_id=records.ExecutionId(f"example.eng-2.{generation - 1}"),
-        swarm="example",
-        generation=generation - 1,
-        seat=records.SeatName("eng-2"),
-        reason="oom_killed",
-        controller_epoch=3,
-        native_session_id=None,
-        archive_watermark=None,
-        fenced_at="2026-12-06T08:00:00Z",
-        task_id="t-eng-2",
-        task_generation=1,
-        releases=(),
-    )
+    fenced = fence(generation - 1, session=None)
     seat = records.Seat(
         seat=records.SeatName("eng-2"),
         task_id="t-eng-2",
         current_execution_id=execution.execution_id,
         generation=generation,
         state=records.SeatState.REPLACING,
-        fenced_execution_id=fence.execution_id,
+        fenced_execution_id=fenced.execution_id,
     )
-    return observations.Admitted(fence, execution, seat, None)
+    return observations.Admitted(fenced, execution, seat, None)
 
 
 def failure(generation: int) -> pods.Attempt:

@@ -18,26 +18,31 @@ TASK_TEXT = "refactor the secret payroll module"
 SESSION = "0b0c7a1e-1111-2222-3333-444455556666"
 
 
+def fence(generation: int = 1, *, session: str | None = SESSION) -> records.Fence:
+    """The fence of eng-2's attempt of `generation`."""
+    return records.Fence(
+        execution_id=records.ExecutionId(f"example.eng-2.{generation}"),
+        swarm="example",
+        generation=generation,
+        seat=records.SeatName("eng-2"),
+        reason="oom_killed",
+        controller_epoch=3,
+        native_session_id=session,
+        archive_watermark=400 if session else None,
+        fenced_at="2026-12-06T08:00:00Z",
+        task_id="t-eng-2",
+        task_generation=1,
+        releases=(),
+    )
+
+
 def replacement(
     *,
     choice: records.Choice = records.Choice.RESUME,
     source: records.DecisionSource = records.DecisionSource.OPERATOR,
     directive: directives.Directive | None = None,
 ) -> records.Execution:
-    fence = records.Fence(
-        execution_id=records.ExecutionId("example.eng-2.1"),
-        swarm="example",
-        generation=1,
-        seat=records.SeatName("eng-2"),
-        reason="oom_killed",
-        controller_epoch=3,
-        native_session_id=SESSION,
-        archive_watermark=400,
-        fenced_at="2026-12-06T08:00:00Z",
-        task_id="t-eng-2",
-        task_generation=1,
-        releases=(),
-    )
+    fenced = fence()
     execution = replacing.new_execution(
         swarm="example",
         seat="eng-2",
@@ -47,7 +52,7 @@ def replacement(
         image="registry.local/agent-worker:1.4.2",
         directive=directive
         or directives.Directive("ckpt-7", directives.Continuity.NATIVE, SESSION, 412),
-        restores_from=fence,
+        restores_from=fenced,
         legacy_spawn=False,
         now=1_765_000_000.0,
         admission=records.Admitted(
@@ -56,11 +61,11 @@ def replacement(
             agent="master@example-1" if source is records.DecisionSource.MASTER else None,
             decided_at="2026-12-06T08:01:00Z",
             decision_epoch=4,
-            fence_reason=fence.reason,
-            fence_epoch=fence.controller_epoch,
-            fenced_at=fence.fenced_at,
-            native_session_id=fence.native_session_id,
-            archive_watermark=fence.archive_watermark,
+            fence_reason=fenced.reason,
+            fence_epoch=fenced.controller_epoch,
+            fenced_at=fenced.fenced_at,
+            native_session_id=fenced.native_session_id,
+            archive_watermark=fenced.archive_watermark,
         ),
     )
     return dataclasses.replace(execution, account="acct-a", task_text=TASK_TEXT)
