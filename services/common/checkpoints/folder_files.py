@@ -164,6 +164,12 @@ def digest_chain(folders: ObjectFolders, names: Sequence[str]) -> storing.ChainD
     return storing.ChainDigest(digest.hexdigest(), tuple(sizes))
 
 
+def digest_object(folders: ObjectFolders, sha256: str) -> tuple[str, int] | None:
+    """An object's SHA-256 and size as stored (`digest_chain` of it alone); None when absent."""
+    found = digest_chain(folders, [sha256])
+    return None if found is None else (found.sha256, found.sizes[0])
+
+
 def list_at(dir_fd: int) -> list[str]:
     """The manifest ids in an opened records folder, sorted."""
     ids = (name.removesuffix(".json") for name in os.listdir(dir_fd) if name.endswith(".json"))
@@ -176,10 +182,30 @@ def read_manifest(dir_fd: int, checkpoint_id: str) -> bytes | None:
     if fd is None:
         return None
     with io.FileIO(fd, "r", closefd=True) as file:
-        data = file.read(storing.MAX_MANIFEST_BYTES + 1)
+        data = read_at_most(file, os.fstat(fd).st_size, storing.MAX_MANIFEST_BYTES)
     if len(data) > storing.MAX_MANIFEST_BYTES:
         raise storing.ObjectTooLarge("the manifest is over the size limit")
     return data
+
+
+def read_at_most(file: io.FileIO, size: int, limit: int) -> bytes:
+    """A file's bytes, at most `limit` plus one (so a caller sees it is over), read in one call
+    sized to the file (`size`, its length as stat gave it).
+
+    A read of `limit + 1` bytes would allocate (and map and unmap) that whole buffer for a
+    manifest of a few hundred bytes: four times the cost of the read itself, paid for every
+    manifest a decision lists. A file longer than `size` says is read on, up to the limit.
+    """
+    want = min(size, limit) + 1
+    data = file.read(want)
+    if len(data) < want or len(data) > limit:
+        return data
+    parts = [data]
+    total = len(data)
+    while total <= limit and (more := file.read(limit + 1 - total)):
+        parts.append(more)
+        total += len(more)
+    return b"".join(parts)
 
 
 def or_error(read: Callable[..., T], *args: Any) -> T | storing.StoreError:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import io
 import os
 import pathlib
@@ -168,7 +167,10 @@ class LocalStore:
     async def digest_object(self, sha256: str) -> tuple[str, int] | None:
         """SHA-256 and size of the stored bytes, hashed in one worker thread with large reads."""
         storing.check_object_name(sha256)
-        return await asyncio.to_thread(self._digest, sha256)
+        found = (await self.digest_objects([sha256]))[0]
+        if isinstance(found, storing.StoreError):
+            raise found
+        return found
 
     async def digest_objects(
         self, names: Sequence[str]
@@ -176,9 +178,14 @@ class LocalStore:
         """`digest_object` of each name in one worker thread (small objects: one hop for all)."""
         for name in names:
             storing.check_object_name(name)
-        return await asyncio.to_thread(
-            lambda: [folder_files.or_error(self._digest, n) for n in names]
-        )
+
+        def digest_all() -> list[tuple[str, int] | storing.StoreError | None]:
+            # The object folders opened once for the batch, not walked again for each name.
+            with folder_files.ObjectFolders(self._root, self._parts) as folders:
+                digest = folder_files.digest_object
+                return [folder_files.or_error(digest, folders, n) for n in names]
+
+        return await asyncio.to_thread(digest_all)
 
     async def objects_exist(self, names: Sequence[str]) -> list[bool | storing.StoreError]:
         """`object_exists` of each name in one worker thread (a long chain: one hop for all)."""
@@ -228,22 +235,6 @@ class LocalStore:
                 ]
 
         return await asyncio.to_thread(digest_all)
-
-    def _digest(self, sha256: str) -> tuple[str, int] | None:
-        fd = self._open_object(sha256)
-        if fd is None:
-            return None
-        digest, size = hashlib.sha256(), 0
-        # A buffer no larger than the file (plus one byte to see its end): zeroing a full
-        # chunk for a small object would cost more than hashing it.
-        buffer = bytearray(min(storing.CHUNK_SIZE, os.fstat(fd).st_size + 1))
-        view = memoryview(buffer)
-        with io.FileIO(fd, "r", closefd=True) as file:
-            # readinto a reused buffer: no allocation per chunk; hashlib drops the GIL on it.
-            while count := file.readinto(buffer):
-                digest.update(view[:count])
-                size += count
-        return digest.hexdigest(), size
 
     async def put_manifest(self, checkpoint_id: str, data: bytes) -> None:
         """Write the manifest atomically (temp file, fsync, rename, fsync of the folder)."""

@@ -48,13 +48,24 @@ def _holds_float(record: Mapping[str, Any]) -> bool:
     pending: list[Any] = [record]
     while pending:
         node = pending.pop()
-        if isinstance(node, float):
+        kind = type(node)
+        # By exact type first: a record is JSON's few types, walked for every record checked.
+        if kind is dict:
+            pending.extend(node.values())
+        elif kind is list:
+            pending.extend(node)
+        elif kind in _LEAVES:
+            continue
+        elif isinstance(node, float):
             return True
-        if isinstance(node, dict):
+        elif isinstance(node, dict):
             pending.extend(node.values())
         elif isinstance(node, list):
             pending.extend(node)
     return False
+
+
+_LEAVES: Final = frozenset({str, int, bool, type(None)})
 
 
 def _schema_valid(record: Mapping[str, Any]) -> bool:

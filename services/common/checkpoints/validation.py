@@ -139,12 +139,15 @@ class Validator:
             return None
         return records.Summary.from_record(record)
 
-    async def verify_manifest(self, expectation: Expectation, data: bytes) -> Verdict:
-        """`verify` of a manifest the caller has already read (its bytes): the same checks in
-        the same order, without reading the manifest again."""
+    async def verify_decoded(
+        self, expectation: Expectation, record: dict[str, Any], claimed: str
+    ) -> Verdict:
+        """`verify` of a manifest the caller has already read and split
+        (`records.decode_manifest`: its record and the hash it claims): the same checks in the
+        same order, without reading or parsing the manifest again."""
         try:
-            record = self._checked(expectation, data)
-            await self._check_objects(record)
+            checked = self._checked_record(expectation, record, claimed)
+            await self._check_objects(checked)
         except _Refusal as refusal:
             return Verdict.refused(refusal.reason)
         return Verdict.passed()
@@ -157,6 +160,15 @@ class Validator:
         then `_check_record`)."""
         try:
             record, claimed = records.decode_manifest(data)
+        except (ValueError, RecursionError):
+            raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
+        return self._checked_record(expectation, record, claimed)
+
+    def _checked_record(
+        self, expectation: Expectation, record: dict[str, Any], claimed: str
+    ) -> Mapping[str, Any]:
+        """`_checked` of a manifest already split into its record and claimed hash."""
+        try:
             matches = records.record_sha256(record) == claimed
         except (ValueError, RecursionError):
             raise _Refusal(reasons.Reason.CORRUPT_MANIFEST) from None
@@ -313,24 +325,24 @@ async def newest_verified(
                     return None
 
         manifests = list(await asyncio.gather(*(read(i) for i in ids)))
-    candidates: list[tuple[records.Summary, str, bytes]] = []
+    candidates: list[tuple[records.Summary, str, dict[str, Any], str]] = []
     for checkpoint_id, data in zip(ids, manifests, strict=True):
         if data is None:
             continue
         try:
-            record, _ = records.decode_manifest(data)
+            record, claimed_sha256 = records.decode_manifest(data)
         except (records.ManifestError, RecursionError):
             continue
         claimed = records.provisional_summary(record)
         if claimed is None or claimed.compatibility_key != compatibility_key:
             continue
         if wanted(claimed):
-            candidates.append((claimed, checkpoint_id, data))
+            candidates.append((claimed, checkpoint_id, record, claimed_sha256))
     # Stable, like `list_checkpoints`: equally new records keep the listing's order.
     candidates.sort(key=lambda found: found[0].newness(), reverse=True)
     validator = Validator(store)
-    for claimed, checkpoint_id, data in candidates:
+    for claimed, checkpoint_id, record, claimed_sha256 in candidates:
         expectation = Expectation(checkpoint_id, execution_generation)
-        if (await validator.verify_manifest(expectation, data)).ok:
+        if (await validator.verify_decoded(expectation, record, claimed_sha256)).ok:
             return claimed
     return None
