@@ -7,8 +7,9 @@ swarm's lease, then runs passes. Every replica serves reads; writes go through t
 Redis may be missing or restarting: that is a state, not a crash. The hub follows it with a
 `RedisLink` (one JSON line per retry step, with a backoff); while Redis does not answer, calls
 that need it answer UNAVAILABLE (`redis_unavailable`) and the hub is not ready. Swarms already
-applied are found once Redis answers (also when the process started without it), and each
-swarm's loop is supervised: a loop that ends for any reason but a stop is logged and restarted.
+applied are found once Redis answers (`discovering`; also when the process started without it),
+and each swarm's loop is supervised: a loop that ends for any reason but a stop is logged and
+restarted.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from services.common import errors, logs, redis_link, settings
 from services.controller import (
     authorizing,
+    discovering,
     losses,
     metrics,
     pacing,
@@ -37,10 +39,6 @@ from services.controller.state import keys, leasing, reading, records, scripting
 log = logging.getLogger("services.controller.hub")
 
 RecoveryFactory = Callable[[str], recovering.Recovery]
-
-SURVEY_WAIT_S = 30.0
-"""How long finding the swarms at start waits for the runtime's list of workers: after it the
-swarms Redis names start without it (a worker's swarm Redis lost is then not followed)."""
 
 
 class NotHolder(errors.Unavailable):
@@ -122,9 +120,11 @@ class Hub:
         )
         self._recoveries: dict[str, recovering.Recovery] = {}
         self._loops: dict[str, asyncio.Task[None]] = {}
-        self._discovery: asyncio.Task[None] | None = None
         self._following = False
         self._stop = asyncio.Event()
+        self._discovery = discovering.Discovery(
+            client, runtime, self.link, self._stop, found=self._found
+        )
         self._lock = asyncio.Lock()
         self.metrics = metrics.Metrics()
         self._loss_subscribers: list[Callable[[bool], Awaitable[None]]] = []
@@ -242,34 +242,7 @@ class Hub:
             await self.link.start()
             await self.sharing.start()
             self.relay.start()
-        if await self.link.wait_known(redis_link.START_WAIT_S):
-            try:
-                await self._discover()
-                return
-            except Exception as exc:
-                if not redis_link.unreachable(exc):
-                    raise
-                self.link.suspect()
-        self._discovery = asyncio.create_task(self._discover_later(), name="swarm-discovery")
-
-    async def _discover(self) -> None:
-        """Start the loop of every swarm Redis names and, where the runtime can say, of every
-        swarm whose workers run: one Redis lost (restarted empty) is found by its loop's first
-        resync (`losses`), which says `state_lost`.
-
-        The runtime is surveyed first: on Kubernetes that is the Pod watch's first list, a few
-        seconds of parsing with tens of thousands of workers, done before any lease is taken
-        (a lease taken before it would wait that long for its first renewal)."""
-        names = await reading.swarm_names(self.client)
-        running: set[str] = set()
-        if isinstance(self.runtime, pods.Surveying):
-            try:
-                async with asyncio.timeout(SURVEY_WAIT_S):
-                    running = await self.runtime.swarms()
-            except (pods.PodsError, TimeoutError) as exc:
-                logs.event(log, "workers_unlisted", logging.WARNING, exception=type(exc).__name__)
-        await self._found(names)
-        await self._found(sorted(running - set(names)))
+        await self._discovery.start()
 
     async def _found(self, swarms: Iterable[str]) -> None:
         """Start the loop of every swarm not known here yet (applied on another replica, or
@@ -279,35 +252,10 @@ class Hub:
             if swarm not in self._recoveries and keys.is_name(swarm):
                 await self.recovery(swarm, create=True)
 
-    async def _discover_later(self) -> None:
-        """Find the applied swarms once Redis answers (retried with a backoff)."""
-        backoff = redis_link.Backoff()
-        while await self.link.wait_up(self._stop):
-            try:
-                await self._discover()
-                return
-            except Exception as exc:
-                unreachable = redis_link.unreachable(exc)
-                if unreachable:
-                    self.link.suspect()
-                delay = backoff.next()
-                logs.event(
-                    log,
-                    "swarm_discovery_failed",
-                    logging.WARNING if unreachable else logging.ERROR,
-                    exception=type(exc).__name__,
-                    retry_in_s=delay,
-                    **({"variable": redis_link.VARIABLE} if unreachable else {}),
-                )
-                if await redis_link.wait(self._stop, delay):
-                    return
-
     async def stop(self) -> None:
         """Stop every loop and release the leases this process holds."""
         self._stop.set()
-        if self._discovery is not None:
-            self._discovery.cancel()
-            await asyncio.gather(self._discovery, return_exceptions=True)
+        await self._discovery.stop()
         loops = list(self._loops.values())
         for loop in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
