@@ -32,12 +32,9 @@ refusal and launches the same execution again (same directive, execution id and 
 with a `recovery` event (`action: relaunch`). It relaunches once per disappearance: a relaunched
 attempt is held again only by a new refusal.
 
-Offers follow the worker image. A pending decision records the offer its card shows with the
-compatibility key (the controller's worker image tag) it was worked out under. When the
-controller now runs another worker image, the pass works the offer out again under the current
-key and records it (a `recovery` event with `action: reoffer`); it does not decide again, the
-decision stays recovery_pending. A card read before that pass works the offer out itself
-(`status`), so a card never offers a checkpoint that resume would refuse.
+Offers follow the worker image: a pending decision whose offer was worked out under another
+worker image gets it worked out again and recorded, and is not decided again (`offering`, which
+also holds how a new fence is decided).
 
 Missing attempts. Every launched, current, unfenced attempt is expected in the runtime's list
 (`keys.expected`, read before the list so a launch during the pass is not counted). One that
@@ -61,9 +58,9 @@ from services.controller import (
     decisions,
     launching,
     observations,
+    offering,
     releasing,
     replacing,
-    telemetry,
     witnessing,
 )
 from services.controller.pods import classifying
@@ -190,11 +187,11 @@ class Reconciler:
         if reads is not None and fence is not None:
             fence = await releasing.release_authority(self.ctx, fence)
             if reads.decision is None:
-                admission = await self._decide(fence, reads, report)
+                admission = await offering.decide(self.ctx, fence, reads, report)
             elif reads.decision.state is records.DecisionState.RECOVERY_PENDING and not (
                 deciding.offer_is_current(reads.decision, self.ctx.worker_image)
             ):
-                await self._reoffer(fence, reads.decision)
+                await offering.reoffer(self.ctx, fence, reads.decision)
         return _Decided(seat, fence, admission, reads.config if reads is not None else None)
 
     async def _replace_and_hold(
@@ -307,80 +304,6 @@ class Reconciler:
             alive=False,
             departed=True,
         )
-
-    async def _decide(
-        self, fence: records.Fence, reads: reading.FencedReads, report: observations.PassReport
-    ) -> admitting.Admission | None:
-        """Resume at once or wait for a choice; the admission when one was attempted."""
-        config, held, paused = reads.config, reads.execution, reads.paused
-        found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
-        switches = deciding.Switches(
-            automation=config.restore_automation if config else False,
-            paused=paused,
-            legacy_spawn=held.legacy_spawn if held else False,
-        )
-        plan = deciding.decide(fence, found, switches)
-        if plan.action is not deciding.Action.WAIT:
-            assert plan.choice is not None and plan.directive is not None
-            assert plan.source is not None
-            admission = await admitting.admit(
-                self.ctx,
-                fence,
-                choice=plan.choice,
-                directive=plan.directive,
-                source=plan.source,
-                agent=None,
-                automatic=True,
-                offer=plan.offer,
-                config=config,
-            )
-            if admission.status is transitions.AcceptStatus.ACCEPTED:
-                report.accepted.append(fence.execution_id)
-                return admission
-            if admission.status is not transitions.AcceptStatus.PAUSED:
-                return admission
-        detail = telemetry.detail(
-            decision=records.RECOVERY_PENDING,
-            reason=fence.reason,
-            offer=plan.offer.to_json() if plan.offer else None,
-        )
-        pended = await self.writer.pend(fence, plan.offer, detail, self.ctx.worker_image)
-        if pended is transitions.PendStatus.PENDING:
-            report.pending.append(fence.execution_id)
-        return None
-
-    async def current_offer(self, fence: records.Fence) -> records.Offer | None:
-        """The offer of a fenced attempt under the controller's current compatibility key: what
-        `resume` would pick now (the same listing `decisions.choose` reads)."""
-        found = await self.ctx.checkpoints.newest_compatible(fence.scope, self.ctx.worker_image)
-        return deciding.offer(fence, found)
-
-    async def _reoffer(self, fence: records.Fence, pending: records.Decision) -> None:
-        """Record the pending decision's offer again, worked out under the current compatibility
-        key (the worker image changed since it was recorded, or it was recorded without its
-        key). Nothing is decided: the decision stays recovery_pending. When the checkpoint store
-        cannot be listed the next pass tries again; the seat's other steps go on (its card works
-        the offer out itself meanwhile)."""
-        try:
-            found = await self.current_offer(fence)
-        except Exception as exc:
-            logs.event(
-                log,
-                "reoffer_failed",
-                logging.WARNING,
-                swarm=self.swarm,
-                execution_id=fence.execution_id,
-                exception=type(exc).__name__,
-            )
-            return
-        detail = telemetry.detail(
-            decision=records.RECOVERY_PENDING,
-            action="reoffer",
-            reason=fence.reason,
-            offer=found.to_json() if found else None,
-            previous_offer=pending.offer.to_json() if pending.offer else None,
-        )
-        await self.writer.reoffer(fence, found, self.ctx.worker_image, detail)
 
 
 @dataclasses.dataclass

@@ -13,9 +13,9 @@ Each step is idempotent and recorded, so a controller killed between any two wri
 restarted finishes the work without doing any of it twice. A controller that lost its lease
 changes nothing: its work stops at the first refused write.
 
-What a seat's reconcile does about refused restores, offers under a new worker image and
-attempts missing from the list is in `reconciling`. The switches and the calls that pass
-straight through to one module are in `calls` (a base of `Recovery`).
+What a seat's reconcile does about refused restores and attempts missing from the list is in
+`reconciling`; about offers under a new worker image, in `offering`. The switches and the calls
+that pass straight through to one module are in `calls` (a base of `Recovery`).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from services.controller import (
     losing,
     losses,
     observations,
+    offering,
     pacing,
     reconciling,
     replacing,
@@ -284,7 +285,7 @@ class Recovery(calls.Calls):
     async def current_offer(self, fence: records.Fence) -> records.Offer | None:
         """The offer of a fenced attempt under the controller's current compatibility key: what
         `resume` would pick now (the same listing `decisions.choose` reads)."""
-        return await self.reconciler.current_offer(fence)
+        return await offering.current_offer(self.ctx, fence)
 
     async def _card_offer(self, fence: records.Fence) -> records.Offer | None:
         """`current_offer` for a card whose recorded offer is not current. A read must not fail
