@@ -7,7 +7,7 @@ empty segment, no backslash, no control character, and no `.git` segment (a rest
 writes repository internals). On disk, no existing symlink on the way may lead out of the
 root; the final component is never followed (a symlink there is replaced, not written through).
 `TreeWriter` makes these checks for each file it writes (`write_file_no_follow` is one file),
-whether it writes the bytes or moves them in from a `Staging` folder.
+whether it writes the bytes or moves them in from a staging folder (`staged_files`).
 
 Messages of `UnsafePath` never name the path: a hostile record's values stay out of logs.
 """
@@ -21,8 +21,13 @@ import pathlib
 import secrets
 import stat
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+if TYPE_CHECKING:
+    from services.restorer import staged_files
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+"""How a folder is opened: as a directory, never through a symlink."""
 _NEW_FILE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 Owner = tuple[int, int] | None
 _KEPT_DIRS = 32
@@ -106,7 +111,7 @@ def _open_dirs(
             except FileExistsError:
                 pass
             try:
-                child = os.open(segment, _DIR_FLAGS, dir_fd=fd)
+                child = os.open(segment, DIR_FLAGS, dir_fd=fd)
             except OSError as exc:
                 raise UnsafePath("a parent on the path is not a plain directory") from exc
             if created:
@@ -203,8 +208,10 @@ def _check_last(real_root: pathlib.Path, real_parent: pathlib.Path, name: str) -
     return is_link
 
 
-def _new_file(dir_fd: int, name: str, data: bytes, mode: int, owner: Owner) -> None:
-    """Create `name` afresh in `dir_fd` (O_EXCL, no symlink followed) holding `data`."""
+def new_file(dir_fd: int, name: str, data: bytes, mode: int, owner: Owner) -> None:
+    """Create `name` afresh in `dir_fd` (O_EXCL, no symlink followed) holding `data`, with
+    permission bits `mode` (masked to 0o777) and `owner` (uid, gid) when given; a file left
+    half written is removed."""
     fd = os.open(name, _NEW_FILE_FLAGS, 0o600, dir_fd=dir_fd)
     try:
         try:
@@ -222,57 +229,6 @@ def _new_file(dir_fd: int, name: str, data: bytes, mode: int, owner: Owner) -> N
         with contextlib.suppress(OSError):
             os.unlink(name, dir_fd=dir_fd)
         raise
-
-
-class Staging:
-    """Files written ahead into a fresh private folder, each placed later by `TreeWriter.place`.
-
-    Writing the bytes, the slow part, can so run before the tree the files belong in is ready
-    (while a checkout is still being made). The folder (mode 0700, a new random name in
-    `parent`) holds only names of its own making: no path a record names is used until
-    placement, which makes every check `TreeWriter.write` makes and renames the staged file
-    into place. `close` removes whatever was not placed.
-
-    Args:
-        parent: where the staging folder is made; on the same file system as the tree the
-            files go to, or `TreeWriter.place` fails with EXDEV (write the bytes instead).
-        owner: (uid, gid) for staged files, or None.
-
-    Raises:
-        OSError: the folder could not be made.
-    """
-
-    def __init__(self, parent: str | os.PathLike[str], *, owner: Owner = None) -> None:
-        self._owner = owner
-        self._name = f".agentihooks-staging-{secrets.token_hex(6)}"
-        self._parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.mkdir(self._name, 0o700, dir_fd=self._parent_fd)
-            self.fd = os.open(self._name, _DIR_FLAGS, dir_fd=self._parent_fd)
-        except BaseException:
-            os.close(self._parent_fd)
-            raise
-        self._count = 0
-
-    def add(self, data: bytes, mode: int) -> str:
-        """Stage one file with these bytes and permission bits; returns its staged name."""
-        self._count += 1
-        name = str(self._count)
-        _new_file(self.fd, name, data, mode, self._owner)
-        return name
-
-    def close(self) -> None:
-        """Remove the staging folder and every file still in it."""
-        if self.fd < 0:
-            return
-        for name in os.listdir(self.fd):
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=self.fd)
-        os.close(self.fd)
-        self.fd = -1
-        with contextlib.suppress(OSError):
-            os.rmdir(self._name, dir_fd=self._parent_fd)
-        os.close(self._parent_fd)
 
 
 class TreeWriter:
@@ -309,7 +265,7 @@ class TreeWriter:
         # Temporary names need not be secret, only new: O_EXCL refuses any that exists.
         self._temp = f".agentihooks-{secrets.token_hex(6)}-"
         self._count = 0
-        self._root_fd = os.open(self._real_root, _DIR_FLAGS)
+        self._root_fd = os.open(self._real_root, DIR_FLAGS)
 
     def __enter__(self) -> TreeWriter:
         return self
@@ -365,7 +321,7 @@ class TreeWriter:
         parent_fd, name = self._target(relative)
         self._count += 1
         temp = f"{self._temp}{self._count}.tmp"
-        _new_file(parent_fd, temp, data, mode, self._owner)
+        new_file(parent_fd, temp, data, mode, self._owner)
         try:
             os.rename(temp, name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
         except BaseException:
@@ -374,7 +330,7 @@ class TreeWriter:
             raise
         return self._real_root.joinpath(*relative.split("/"))
 
-    def place(self, relative: str, staging: Staging, staged: str) -> pathlib.Path:
+    def place(self, relative: str, staging: staged_files.Staging, staged: str) -> pathlib.Path:
         """Move a staged file to `relative`, with every check `write` makes.
 
         Raises:

@@ -26,7 +26,14 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 
-from services.restorer import checkouts, git_commands, paths, source_records, worktree_rebuilding
+from services.restorer import (
+    checkouts,
+    git_commands,
+    paths,
+    source_records,
+    staged_files,
+    worktree_rebuilding,
+)
 
 
 async def _base(worktree: pathlib.Path, branch: str, env: Mapping[str, str]) -> str:
@@ -244,7 +251,7 @@ async def apply(
         # Nothing above wrote anything; from here on the worktree changes.
         try:
             await worktree_rebuilding.rebuild(wt, capture, repository_url, state, scratch, env)
-            staging: paths.Staging | None = None
+            staging: staged_files.Staging | None = None
             names: list[str | None] = [None] * len(capture.untracked)
             if staged is not None and staged.files is capture.untracked:
                 staging, names = await staged.staged()
@@ -258,7 +265,7 @@ async def apply(
 
 
 class StagedUntracked:
-    """Untracked files being written ahead into a staging folder (`paths.Staging`).
+    """Untracked files being written ahead into a staging folder (`staged_files.Staging`).
 
     Writing many files is slow, and nothing about their bytes waits on git: staging starts as
     soon as the verified bytes are at hand, in a worker thread, while the checkout is still
@@ -276,7 +283,7 @@ class StagedUntracked:
     ) -> None:
         self.files = files
         self._stop = threading.Event()
-        self._staging: paths.Staging | None = None
+        self._staging: staged_files.Staging | None = None
         self._names: list[str | None] = [None] * len(files)
         self._task = asyncio.ensure_future(asyncio.to_thread(self._stage, folder))
 
@@ -289,7 +296,7 @@ class StagedUntracked:
         except paths.UnsafePath:
             return  # `apply` refuses these files before writing anything: stage none
         try:
-            self._staging = paths.Staging(folder)
+            self._staging = staged_files.Staging(folder)
             for index, item in enumerate(self.files):
                 if self._stop.is_set():
                     return
@@ -297,7 +304,7 @@ class StagedUntracked:
         except OSError:
             return  # what is not staged is written directly
 
-    async def staged(self) -> tuple[paths.Staging | None, list[str | None]]:
+    async def staged(self) -> tuple[staged_files.Staging | None, list[str | None]]:
         """Wait for staging to end: the staging folder and each file's staged name, if any."""
         with contextlib.suppress(Exception):
             await asyncio.shield(self._task)

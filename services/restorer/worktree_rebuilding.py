@@ -16,7 +16,7 @@ import pathlib
 import re
 from collections.abc import Mapping, Sequence
 
-from services.restorer import git_commands, paths, source_records
+from services.restorer import git_commands, paths, source_records, staged_files
 
 COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 """A full commit id (SHA-1 or SHA-256)."""
@@ -74,7 +74,7 @@ def check_paths(root: pathlib.Path | None, relatives: Sequence[str], error: str)
 def write_untracked(
     wt: pathlib.Path,
     files: Sequence[source_records.UntrackedFile],
-    staging: paths.Staging | None,
+    staging: staged_files.Staging | None,
     names: Sequence[str | None],
 ) -> None:
     """Write the untracked files, each with the no-follow checks, in one pass over the tree."""

@@ -1,7 +1,7 @@
 """Writing many files (a worktree's untracked files): one writer, the same checks for each file.
 
-`paths.TreeWriter` keeps the folders it opened, and `paths.Staging` writes bytes ahead to be
-moved into place later; neither may relax a check `write_file_no_follow` makes on a record's
+`paths.TreeWriter` keeps the folders it opened, and `staged_files.Staging` writes bytes ahead to
+be moved into place later; neither may relax a check `write_file_no_follow` makes on a record's
 path: no symlink leading out of the root, none followed at the last component, no hard link
 written into, exact modes, nothing left behind.
 """
@@ -14,7 +14,7 @@ import stat
 
 import pytest
 
-from services.restorer import paths
+from services.restorer import paths, staged_files
 from tests.support import trees
 from tests.unit.restorer import test_paths
 
@@ -50,7 +50,7 @@ def test_hostile_paths_are_refused_by_write_and_place(
     root, aside = tmp_path / "root", tmp_path / "aside"
     root.mkdir()
     aside.mkdir()
-    staging = paths.Staging(aside)
+    staging = staged_files.Staging(aside)
     staged = staging.add(b"x", 0o644)
     with paths.TreeWriter(root) as writer:
         with pytest.raises(paths.UnsafePath):
@@ -72,7 +72,7 @@ def test_symlinks_leading_out_are_refused_by_place(tmp_path: pathlib.Path) -> No
     (root / "link").symlink_to(outside)
     (root / "deep" / "up").symlink_to("../../outside")
     (root / "file-link").symlink_to(outside / "target.txt")
-    staging = paths.Staging(aside)
+    staging = staged_files.Staging(aside)
     with paths.TreeWriter(root) as writer:
         for relative in ["link/x", "link", "deep/up/x", "file-link"]:
             staged = staging.add(b"escaped", 0o644)
@@ -94,7 +94,7 @@ def test_place_replaces_a_final_symlink_or_hard_link_and_keeps_the_mode(
     (root / "name").symlink_to("target.txt")
     (tmp_path / "other.txt").write_text("keep too")
     os.link(tmp_path / "other.txt", root / "linked")
-    staging = paths.Staging(aside)
+    staging = staged_files.Staging(aside)
     with paths.TreeWriter(root) as writer:
         writer.place("name", staging, staging.add(b"new", 0o755))
         writer.place("linked", staging, staging.add(b"new too", 0o600))
@@ -139,7 +139,7 @@ def test_safe_join_all_agrees_with_safe_join(tmp_path: pathlib.Path) -> None:
 
 def test_closing_a_staging_folder_removes_what_was_not_placed(tmp_path: pathlib.Path) -> None:
     """Staged files nobody placed go with their private folder (mode 0700, a fresh name)."""
-    staging = paths.Staging(tmp_path)
+    staging = staged_files.Staging(tmp_path)
     staging.add(b"left behind", 0o644)
     (folder,) = tmp_path.iterdir()
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
