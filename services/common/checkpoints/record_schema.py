@@ -48,17 +48,11 @@ def _holds_float(record: Mapping[str, Any]) -> bool:
     pending: list[Any] = [record]
     while pending:
         node = pending.pop()
-        kind = type(node)
-        # By exact type first: a record is JSON's few types, walked for every record checked.
-        if kind is dict:
-            pending.extend(node.values())
-        elif kind is list:
-            pending.extend(node)
-        elif kind in _LEAVES:
-            continue
-        elif isinstance(node, float):
+        if type(node) in _LEAVES:
+            continue  # the most of a record, passed over with one lookup
+        if isinstance(node, float):
             return True
-        elif isinstance(node, dict):
+        if isinstance(node, dict):
             pending.extend(node.values())
         elif isinstance(node, list):
             pending.extend(node)
