@@ -271,9 +271,7 @@ class RedisLink:
         self._users = max(0, self._users - 1)
         if self._users == 0 and self._task is not None:
             task, self._task = self._task, None
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await waiting.cancel([task])
 
     async def _probe(self) -> BaseException | None:
         try:

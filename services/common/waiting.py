@@ -8,12 +8,13 @@ import inspect
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from services.common import logs
 
 _T = TypeVar("_T")
 _U = TypeVar("_U")
+_F = TypeVar("_F", bound="asyncio.Future[Any]")
 
 Subscriber = Callable[[bool], Awaitable[None] | None]
 """Told True when the dependency answers again, False when it stops; may be a coroutine."""
@@ -59,15 +60,50 @@ async def first(events: Iterable[asyncio.Event], timeout: float | None = None) -
         await asyncio.gather(*waits, return_exceptions=True)
 
 
+CANCEL_AGAIN_S = 0.05
+"""How long a cancelled task may go on running before `cancel` cancels it again."""
+
+
+async def cancel(tasks: Iterable[_F], timeout: float | None = None) -> list[_F]:
+    """Cancel `tasks` and wait until they ended, at most `timeout` seconds (None: no limit);
+    returns those still running then. What they raised is taken (never logged as unretrieved)
+    and not raised again.
+
+    A task still running after `CANCEL_AGAIN_S` is cancelled again, and so on until it ends,
+    because one cancellation can be lost. On Python 3.11, `asyncio.wait_for` returns the result
+    of its call instead of raising when the cancellation arrives just as the call completes
+    (CPython gh-86296, fixed in 3.12), and redis-py sends every command through it when a socket
+    timeout is set. A loop that goes on after one step then goes on for good, and whoever
+    awaits it once cancelled waits for ever.
+    """
+    loop = asyncio.get_running_loop()
+    everything = list(tasks)
+    for task in everything:
+        task.add_done_callback(_retrieve)
+    pending = {task for task in everything if not task.done()}
+    deadline = None if timeout is None else loop.time() + timeout
+    while pending:
+        left = CANCEL_AGAIN_S if deadline is None else min(CANCEL_AGAIN_S, deadline - loop.time())
+        if left <= 0:
+            break
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=left)
+    return list(pending)
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 async def both(first: Awaitable[_T], second: Awaitable[_U]) -> tuple[_T, _U]:
     """Await two calls at once; when one fails, cancel the other before raising (no stray task)."""
     one, two = asyncio.ensure_future(first), asyncio.ensure_future(second)
     try:
         return await one, await two
     finally:
-        for task in (one, two):
-            task.cancel()
-        await asyncio.gather(one, two, return_exceptions=True)
+        await cancel((one, two))
 
 
 async def tell(

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
-from services.common import logs, redis_link
+from services.common import logs, redis_link, waiting
 from services.controller.pods import runtime as pods
 from services.controller.state import reading
 
@@ -66,8 +66,7 @@ class Discovery:
     async def stop(self) -> None:
         """Stop finding the swarms later, if that is still under way."""
         if self._later is not None:
-            self._later.cancel()
-            await asyncio.gather(self._later, return_exceptions=True)
+            await waiting.cancel([self._later])
 
     async def _discover(self) -> None:
         """Start the loop of every swarm Redis names and, where the runtime can say, of every

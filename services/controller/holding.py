@@ -224,8 +224,7 @@ async def _hold(
                     passed = True
                     await _between_passes(session, relist, wakes, interval_s, recovery.pacer)
             finally:
-                watch.cancel()
-                _, stuck = await asyncio.wait([watch], timeout=HELPER_STOP_S)
+                stuck = await waiting.cancel([watch], timeout=HELPER_STOP_S)
                 if stuck:
                     logs.event(
                         log,

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from services.common import errors, logs, redis_link, settings
+from services.common import errors, logs, redis_link, settings, waiting
 from services.controller import (
     authorizing,
     discovering,
@@ -261,10 +261,7 @@ class Hub:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 async with asyncio.timeout(10):
                     await loop
-        for loop in loops:
-            if not loop.done():
-                loop.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
+        await waiting.cancel(loops)
         await self.renewals.close()
         if self._following:
             self._following = False

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from services.common import logs
+from services.common import logs, waiting
 from services.controller import telemetry
 from services.controller.pods import notices
 from services.controller.pods import runtime as pods
@@ -108,8 +108,7 @@ class Relay:
         """Stop following and recording."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await waiting.cancel([task])
         if self._runtime is not None:
             await self._runtime.stop_recording()
 

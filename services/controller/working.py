@@ -183,6 +183,9 @@ class Session:
         tasks = set(self._tasks)
         if not tasks:
             return []
+        if self.halted.is_set():
+            # Cancelled by `halt`, and again while they run: a cancellation can be lost.
+            return await waiting.cancel(tasks, timeout)
         _, stuck = await asyncio.wait(tasks, timeout=timeout)
         return list(stuck)
 

@@ -39,7 +39,7 @@ from collections.abc import AsyncGenerator, Callable, Mapping
 
 import watchfiles
 
-from services.common import logs
+from services.common import logs, waiting
 from services.restorer import captures, capturing
 from services.restorer.harness import claude_code, codex
 
@@ -190,9 +190,7 @@ class Follower:
             await self._capture_loop()
         finally:
             self._stop.set()
-            for task in watchers:
-                task.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            await waiting.cancel(watchers)
 
     async def _capture_loop(self) -> None:
         loop = asyncio.get_running_loop()

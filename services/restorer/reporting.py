@@ -15,7 +15,6 @@ final report is sent at once, and nothing after it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -24,7 +23,7 @@ from typing import Any, Generic, TypeVar
 import grpc
 from agentihooks.swarm.v2 import recovery_pb2, recovery_pb2_grpc, restorer_pb2, types_pb2
 
-from services.common import logs, tls
+from services.common import logs, tls, waiting
 from services.restorer import captures, launching, restores, retrying
 
 CONTROLLER_UNAVAILABLE = "controller unavailable: the outcome could not be reported"
@@ -177,9 +176,7 @@ class Coalesced(Generic[_T]):
         """Drop the send that is waiting or under way, if any."""
         flush, self._flush = self._flush, None
         if flush is not None:
-            flush.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flush
+            await waiting.cancel([flush])
 
     def _due_in(self) -> float:
         if self._last_sent is None:

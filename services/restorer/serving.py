@@ -23,7 +23,7 @@ from typing import Any
 import grpc
 from agentihooks.swarm.v2 import restorer_pb2
 
-from services.common import errors, logs, rpc, settings, tls_settings
+from services.common import errors, logs, rpc, settings, tls_settings, waiting
 from services.restorer import (
     captures,
     capturing,
@@ -127,14 +127,10 @@ async def _final_captures(capturers: Sequence[capturing.Capturer]) -> None:
 async def _stopped(tasks: Sequence[asyncio.Task[None]]) -> None:
     """Cancel `tasks` and wait until they ended; a task that failed is logged (the start
     check's failure is read later), so the final capture runs all the same."""
+    await waiting.cancel(tasks)
     for task in tasks:
-        task.cancel()
-    for task in tasks:
-        try:
-            await task
-        except (asyncio.CancelledError, entry.Unreachable):
-            pass
-        except Exception as error:
+        error = None if task.cancelled() else task.exception()
+        if error is not None and not isinstance(error, entry.Unreachable):
             # The type only: its message may hold paths.
             logs.event(
                 log,

@@ -38,6 +38,7 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from services.common import waiting
 from services.common.checkpoints import chains, index_reading, reasons, records, storing
 
 Reason = reasons.Reason
@@ -317,9 +318,7 @@ async def _pool(
         if tasks:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await waiting.cancel(tasks)
     errors = [e for t in tasks if not t.cancelled() and (e := t.exception()) is not None]
     others = [e for e in errors if not isinstance(e, _Stop)]
     if others:

@@ -287,9 +287,7 @@ class KubernetesRuntime:
         if informer is not None:
             informer.close()
         tasks, self._reflectors = self._reflectors, []
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await waiting.cancel(tasks)
         watch_client, self._watch_client = self._watch_client, None
         if watch_client is not None:
             await watch_client.close()

@@ -31,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from services.common import waiting
 from services.controller.pods import classifying, runtime
 
 _STATE = "attempt.json"
@@ -199,9 +200,7 @@ class LocalRuntime:
             for event in events:
                 event.set()
         if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+            await waiting.cancel([self._poller])
             self._poller = None
 
     def _folder(self, swarm: str, execution_id: str) -> pathlib.Path:

@@ -29,7 +29,7 @@ import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client import exceptions
 
-from services.common import logs
+from services.common import logs, waiting
 from services.controller.pods import correlation, event_bodies, notices
 
 logger = logging.getLogger(__name__)
@@ -139,8 +139,7 @@ class EventRecorder:
         """Stop posting; what is still queued is dropped."""
         task, self._task = self._task, None
         if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await waiting.cancel([task])
         api, self._client, self._events = self._client, None, None
         if api is not None:
             await api.close()

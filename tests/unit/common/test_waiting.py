@@ -3,6 +3,9 @@ Kubernetes API outages are retried with, and the one way both tell their subscri
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import logging
 
 import pytest
@@ -54,3 +57,93 @@ async def test_every_subscriber_is_told_in_order_and_a_failing_one_is_logged(
     [record] = caplog.records
     assert record.getMessage() == "thing_subscriber_failed"
     assert "secret detail" not in caplog.text
+
+
+class Stepping:
+    """A loop whose every step awaits `asyncio.wait_for` (as a redis-py command does), and a
+    way to complete the step it waits on: a cancellation that lands as the step completes is
+    lost on Python 3.11 (CPython gh-86296), and the loop carries on."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+        self._step: asyncio.Future[None] | None = None
+        self.waiting = asyncio.Event()
+
+    async def run(self) -> None:
+        while True:
+            self._step = asyncio.get_running_loop().create_future()
+            self.waiting.set()
+            await asyncio.wait_for(self._step, 60)
+            self.waiting.clear()
+            self.steps += 1
+
+    def complete(self) -> None:
+        assert self._step is not None
+        self._step.set_result(None)
+
+
+async def _cancelled_as_its_step_completes() -> tuple[Stepping, asyncio.Task[None]]:
+    stepping = Stepping()
+    task = asyncio.create_task(stepping.run())
+    await stepping.waiting.wait()
+    stepping.complete()
+    task.cancel()  # lands as the step completes
+    return stepping, task
+
+
+async def test_one_cancellation_lands_as_a_step_completes_and_the_loop_goes_on() -> None:
+    # Why `cancel` sends it again: the task was told once and carries on.
+    stepping, task = await _cancelled_as_its_step_completes()
+    await asyncio.sleep(0.05)
+    assert not task.done() and stepping.steps == 1 and stepping.waiting.is_set()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_cancel_sends_a_lost_cancellation_again_until_the_task_ended() -> None:
+    stepping, task = await _cancelled_as_its_step_completes()
+    async with asyncio.timeout(60):
+        assert await waiting.cancel([task]) == []
+    assert task.cancelled() and stepping.steps == 1
+
+
+async def test_cancel_returns_a_task_still_running_when_its_timeout_passed() -> None:
+    stop = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(3600)
+
+    task = asyncio.create_task(stubborn())
+    await asyncio.sleep(0)
+    assert await waiting.cancel([task], timeout=0.2) == [task]
+    assert not task.done()
+    stop.set()
+    async with asyncio.timeout(60):
+        assert await waiting.cancel([task]) == []
+
+
+async def test_cancel_takes_what_the_tasks_raised_and_raises_nothing() -> None:
+    async def failing_on_cancel() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            raise ValueError("while stopping") from None
+
+    unhandled: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _, context: unhandled.append(context))
+    try:
+        failed = asyncio.create_task(failing_on_cancel())
+        done = asyncio.create_task(asyncio.sleep(0))
+        await asyncio.sleep(0.01)
+        assert await waiting.cancel([failed, done]) == []
+        assert failed.done() and not failed.cancelled() and done.result() is None
+        del failed  # its ValueError never looked at here: `cancel` took it
+        gc.collect()
+        await asyncio.sleep(0)
+        assert unhandled == []
+    finally:
+        loop.set_exception_handler(None)
