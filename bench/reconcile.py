@@ -44,6 +44,7 @@ import contextlib
 import gc
 import json
 import logging
+import os
 import pathlib
 import shutil
 import statistics
@@ -180,6 +181,22 @@ def seat_name(index: int) -> str:
     return f"seat-{index:05d}"
 
 
+_DIE_WITH_PARENT = """
+import ctypes, os, signal, sys
+ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+if os.getppid() != int(sys.argv[1]):
+    sys.exit(1)  # the bench died before the line above
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def dying_with_this_process(args: list[str]) -> list[str]:
+    """`args` run so that the process gets SIGTERM when this one ends, however it ends (a
+    bench killed mid-run leaves no redis-server behind): it sets its parent-death signal,
+    then becomes the program (no `preexec_fn`, which is unsafe once threads run)."""
+    return [sys.executable, "-c", _DIE_WITH_PARENT, str(os.getpid()), *args]
+
+
 @contextlib.asynccontextmanager
 async def redis_server() -> AsyncIterator[aioredis.Redis]:
     """A throwaway redis-server on a free loopback port."""
@@ -190,7 +207,7 @@ async def redis_server() -> AsyncIterator[aioredis.Redis]:
     with tempfile.TemporaryDirectory() as folder:
         args = [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--dir", folder]
         proc = await asyncio.create_subprocess_exec(
-            *args, "--appendonly", "no", stdout=subprocess.DEVNULL
+            *dying_with_this_process([*args, "--appendonly", "no"]), stdout=subprocess.DEVNULL
         )
         try:
             redis = aioredis.Redis.from_url(f"redis://127.0.0.1:{port}/0")
