@@ -60,8 +60,10 @@ async def first(events: Iterable[asyncio.Event], timeout: float | None = None) -
         await asyncio.gather(*waits, return_exceptions=True)
 
 
-CANCEL_AGAIN_S = 0.05
-"""How long a cancelled task may go on running before `cancel` cancels it again."""
+CANCEL_AGAIN_S = 0.5
+"""How long a cancelled task may go on running before `cancel` cancels it again: long enough
+for what a task does once cancelled (closing a response, a last Redis call) to end before the
+next cancellation cuts it short, short enough that a lost one costs a stop half a second."""
 
 
 async def cancel(tasks: Iterable[_F], timeout: float | None = None) -> list[_F]:
@@ -83,11 +85,11 @@ async def cancel(tasks: Iterable[_F], timeout: float | None = None) -> list[_F]:
     pending = {task for task in everything if not task.done()}
     deadline = None if timeout is None else loop.time() + timeout
     while pending:
+        for task in pending:
+            task.cancel()
         left = CANCEL_AGAIN_S if deadline is None else min(CANCEL_AGAIN_S, deadline - loop.time())
         if left <= 0:
             break
-        for task in pending:
-            task.cancel()
         _, pending = await asyncio.wait(pending, timeout=left)
     return list(pending)
 

@@ -15,7 +15,6 @@ restarted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable
@@ -39,6 +38,9 @@ from services.controller.state import keys, leasing, reading, records, scripting
 log = logging.getLogger("services.controller.hub")
 
 RecoveryFactory = Callable[[str], recovering.Recovery]
+
+LOOPS_STOP_S = 10.0
+"""How long a stop waits for the swarms' loops to end on their own before cancelling them."""
 
 
 class NotHolder(errors.Unavailable):
@@ -257,10 +259,11 @@ class Hub:
         self._stop.set()
         await self._discovery.stop()
         loops = list(self._loops.values())
-        for loop in loops:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                async with asyncio.timeout(10):
-                    await loop
+        if loops:
+            # Each loop ends at `_stop` once its pass is over. Not `await loop` under a
+            # timeout: that would forward the timeout's cancellation to the loop and wait for
+            # it to end, for ever if the loop lost it (see `waiting.cancel`).
+            await asyncio.wait(loops, timeout=LOOPS_STOP_S)
         await waiting.cancel(loops)
         await self.renewals.close()
         if self._following:

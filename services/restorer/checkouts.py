@@ -22,6 +22,7 @@ import secrets
 import shutil
 import signal
 
+from services.common import waiting
 from services.restorer import git_commands
 
 _REMOVE_TRIES = 20
@@ -123,10 +124,7 @@ class EarlyClone:
 
     async def discard(self) -> None:
         """Stop the clone if it still runs and remove the scratch folder."""
-        if not self._task.done():
-            self._task.cancel()
-        with contextlib.suppress(BaseException):
-            await self._task
+        await waiting.cancel([self._task])
         # A helper killed with the clone may finish the write it was in: remove again until
         # nothing is left (a bounded number of times).
         for _ in range(_REMOVE_TRIES):

@@ -100,10 +100,10 @@ async def test_a_relay_stopped_while_it_reads_its_stream_always_ends(
     client: redis_link.Client,
 ) -> None:
     swarm, sink, rng = Swarm(client), Sink(), random.Random(7)
-    for _ in range(150):
+    for _ in range(20):
         relay = relaying.Relay(sink, "holder", lambda: {SWARM: swarm}, poll_s=0.001)  # type: ignore[arg-type]
         relay.start()
         await asyncio.sleep(rng.uniform(0, 0.004))  # mostly while a read is under way
         async with asyncio.timeout(60):
             await relay.stop()
-    assert swarm.reads > 150 and sink.recorded >= EVENTS  # it was reading when stopped
+    assert swarm.reads > 20 and sink.recorded >= EVENTS  # it was reading when stopped

@@ -147,3 +147,11 @@ async def test_cancel_takes_what_the_tasks_raised_and_raises_nothing() -> None:
         assert unhandled == []
     finally:
         loop.set_exception_handler(None)
+
+
+async def test_cancel_with_no_time_left_still_cancels_once() -> None:
+    task = asyncio.create_task(asyncio.sleep(3600))
+    await asyncio.sleep(0)
+    assert await waiting.cancel([task], timeout=0) == [task]
+    with pytest.raises(asyncio.CancelledError):
+        await task
