@@ -55,9 +55,7 @@ async def first(events: Iterable[asyncio.Event], timeout: float | None = None) -
     try:
         await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for w in waits:
-            w.cancel()
-        await asyncio.gather(*waits, return_exceptions=True)
+        await cancel(waits)
 
 
 CANCEL_AGAIN_S = 0.5
