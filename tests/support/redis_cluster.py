@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import shutil
 import signal
 import subprocess
 import time
@@ -16,6 +17,25 @@ import time
 from tests.support import binaries, ports
 
 START_TIMEOUT_S = 180.0
+START_ATTEMPTS = 3
+"""How many times `start` forms the cluster, each on fresh ports: a port picked free a moment
+ago can be taken before its node binds it (another test's outgoing connection draws its source
+port from the same range), and that node then exits at once."""
+
+
+class NodeDidNotStart(Exception):
+    """A node or the cluster's creation failed in a way fresh ports may mend."""
+
+
+def _last_lines(output: bytes, lines: int = 8) -> str:
+    return " / ".join(output.decode(errors="replace").strip().splitlines()[-lines:])
+
+
+def _tail(log: pathlib.Path) -> str:
+    try:
+        return _last_lines(log.read_bytes(), 4)
+    except OSError:
+        return "(no log)"
 
 
 @dataclasses.dataclass
@@ -33,9 +53,13 @@ class RedisCluster:
         self.folder = folder
         self.masters = masters
         self.replicas = replicas
+        self.nodes: list[Node] = []
+        self._place_nodes()
+
+    def _place_nodes(self) -> None:
         self.nodes = [
-            Node(ports.free_port(), ports.free_port(), folder / f"node-{i}")
-            for i in range(masters * (1 + replicas))
+            Node(ports.free_port(), ports.free_port(), self.folder / f"node-{i}")
+            for i in range(self.masters * (1 + self.replicas))
         ]
 
     @property
@@ -53,6 +77,8 @@ class RedisCluster:
         return done.stdout.decode()
 
     def _start_node(self, node: Node) -> None:
+        """Start one node and wait until it answers; raises `NodeDidNotStart` with its log if it
+        exits first (its port or bus port taken, say)."""
         node.folder.mkdir(parents=True, exist_ok=True)
         node.proc = subprocess.Popen(
             [
@@ -79,17 +105,55 @@ class RedisCluster:
                 "",
                 "--dir",
                 str(node.folder),
+                "--logfile",
+                "redis.log",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        ports.wait_port(node.port)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            if node.proc.poll() is not None:
+                raise NodeDidNotStart(
+                    f"redis-server on port {node.port} (bus {node.bus_port}) exited with "
+                    f"{node.proc.returncode}: {_tail(node.folder / 'redis.log')}"
+                )
+            try:
+                if self.cli(node.port, "ping", timeout=10.0).strip() == "PONG":
+                    return
+            except subprocess.SubprocessError:
+                pass
+            if time.monotonic() > deadline:
+                raise NodeDidNotStart(f"redis-server on port {node.port} never answered PING")
+            time.sleep(0.05)
 
     def start(self) -> None:
-        for node in self.nodes:
-            self._start_node(node)
+        """Form the cluster; if a node cannot start or `redis-cli --cluster create` fails, stop
+        everything and form it again on fresh ports (`START_ATTEMPTS` in all). The error names
+        what each attempt printed."""
+        failures: list[str] = []
+        for attempt in range(START_ATTEMPTS):
+            if attempt:
+                self.stop()
+                shutil.rmtree(self.folder, ignore_errors=True)
+                self._place_nodes()
+            try:
+                for node in self.nodes:
+                    self._start_node(node)
+                self._create()
+            except NodeDidNotStart as e:
+                failures.append(str(e))
+                continue
+            self.wait_ok()
+            self.wait_replicated()
+            return
+        raise AssertionError(
+            f"the Redis Cluster did not form in {START_ATTEMPTS} attempts: " + " | ".join(failures)
+        )
+
+    def _create(self) -> None:
         addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
-        subprocess.run(
+        done = subprocess.run(
             [
                 binaries.require("redis-cli"),
                 "--cluster",
@@ -101,10 +165,19 @@ class RedisCluster:
             ],
             capture_output=True,
             timeout=START_TIMEOUT_S,
-            check=True,
+            check=False,
         )
-        self.wait_ok()
-        self.wait_replicated()
+        if done.returncode != 0:
+            logs = "; ".join(
+                f"{n.port}: {_tail(n.folder / 'redis.log')}"
+                for n in self.nodes
+                if n.proc is not None and n.proc.poll() is not None
+            )
+            raise NodeDidNotStart(
+                f"redis-cli --cluster create exited with {done.returncode}: "
+                f"{_last_lines(done.stdout + done.stderr)}"
+                + (f"; exited nodes: {logs}" if logs else "")
+            )
 
     def wait_replicated(self) -> None:
         """Until every replica reports its link to its master up (`ROLE`: `connected`): the
