@@ -205,48 +205,78 @@ def decode(cls: type[Any], h: Hash) -> Any:
         KeyError: a field the record cannot do without is missing.
         ValueError: a field does not hold what its type allows.
     """
-    decoders = _DECODERS.get(cls)
-    if decoders is None:
-        decoders = _DECODERS[cls] = tuple(_decoder(f) for f in _fields(cls))
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = _compiled_decoder(cls)
+    return decoder(h)
+
+
+_DECODERS: dict[type, Callable[[Hash], Any]] = {}
+"""Each record class's reader, made once (`_compiled_decoder`): a storm decodes thousands of
+records, and every failure's path decodes half a dozen."""
+
+
+def _compiled_decoder(cls: type) -> Callable[[Hash], Any]:
+    """One function reading a whole record of `cls`, made once per class, as `dataclasses`
+    makes `__init__`: each field's present, non-empty value is taken in line (text as is, an
+    integer by `int`, a boolean as `1`, anything else by its converter); an absent field takes
+    the value `_absent` gives it, worked out once; only an empty or false value (or an absent
+    field the record cannot do without) calls the field's `_falsy`. The generated text holds
+    nothing but names and the hash keys' reprs; every value it uses is passed in."""
+    names: dict[str, Any] = {"_cls": cls}
+    lines = ["def decode(h):", "    get = h.get"]
+    values = []
+    for i, f in enumerate(_fields(cls)):
+        value = f"v{i}"
+        values.append(value)
+        if f.spec.decode is not None:
+            names[f"d{i}"] = f.spec.decode
+            lines.append(f"    {value} = d{i}(h)")
+            continue
+        if f.kind is directives.Directive:
+            names[f"d{i}"] = _directive_reader(f.optional)
+            lines.append(f"    {value} = d{i}(h)")
+            continue
+        convert = None if f.kind is str else _converter(f.kind)
+        names[f"z{i}"] = _falsy_reader(f, convert)
+        if f.kind is str:
+            present = "r"
+        elif f.kind is int:
+            present = "int(r)"
+        elif f.kind is bool:
+            present = "r == '1'"
+        else:
+            names[f"c{i}"] = convert
+            present = f"c{i}(r)"
+        lines.append(f"    r = get({f.key!r})")
+        try:
+            # What an absent field reads as, worked out now when that is a value.
+            names[f"a{i}"] = _absent(f, None)
+        except KeyError:
+            lines.append(f"    {value} = {present} if r else z{i}(r)")
+        else:
+            lines.append(f"    {value} = {present} if r else a{i} if r is None else z{i}(r)")
     # Positionally, in field order: every record field is an `__init__` parameter.
-    return cls(*[decoded(h) for decoded in decoders])
+    lines.append(f"    return _cls({', '.join(values)})")
+    exec("\n".join(lines), names)  # noqa: S102 (text made above from field names only)
+    decoder: Callable[[Hash], Any] = names["decode"]
+    return decoder
 
 
-_DECODERS: dict[type, tuple[Callable[[Hash], Any], ...]] = {}
-"""Each record class's field readers, in field order, made once: a storm decodes thousands of
-records."""
+def _directive_reader(optional: bool) -> Callable[[Hash], Any]:
+    def read_directive(h: Hash) -> Any:
+        if optional and not h.get("directive.recovery"):
+            return None
+        return directive(h)
+
+    return read_directive
 
 
-def _decoder(f: _Field) -> Callable[[Hash], Any]:
-    """How one field is read from a hash (worked out once per class, not per record). Each
-    reader takes a present, non-empty value at once (`if raw`) and leaves the rest to
-    `_falsy`."""
-    if f.spec.decode is not None:
-        return f.spec.decode
-    key = f.key
-    if f.kind is directives.Directive:
-        optional = f.optional
+def _falsy_reader(f: _Field, convert: Callable[[Any], Any] | None) -> Callable[[Any], Any]:
+    def read_falsy(raw: Any) -> Any:
+        return _falsy(f, raw, convert)
 
-        def read_directive(h: Hash) -> Any:
-            if optional and not h.get("directive.recovery"):
-                return None
-            return directive(h)
-
-        return read_directive
-    if f.kind is str:
-
-        def read_text(h: Hash) -> Any:
-            raw = h.get(key)
-            return raw if raw else _falsy(f, raw, None)
-
-        return read_text
-    convert = _converter(f.kind)
-
-    def read(h: Hash) -> Any:
-        raw = h.get(key)
-        return convert(raw) if raw else _falsy(f, raw, convert)
-
-    return read
+    return read_falsy
 
 
 def _converter(kind: Any) -> Callable[[str], Any]:

@@ -149,9 +149,6 @@ def _layout(cls: type) -> _Layout:
 
 
 def _argument(value: Any) -> str | int:
-    kind = type(value)
-    if kind is str or kind is int:  # most arguments: keys' parts, ids, times, counts
-        return value  # type: ignore[no-any-return]
     if isinstance(value, bool):
         return "1" if value else "0"
     if value is None:
@@ -202,7 +199,11 @@ class Declared:
 
     def args(self) -> list[str | int]:
         """ARGV as the script reads them after the lease's."""
-        return [_argument(value) for value in _layout(type(self)).args(self)]
+        # Text and integers, most arguments, as they are without a call each.
+        return [
+            value if type(value) is str or type(value) is int else _argument(value)
+            for value in _layout(type(self)).args(self)
+        ]
 
 
 class Call(Declared, Generic[S]):
