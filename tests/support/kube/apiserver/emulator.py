@@ -265,9 +265,10 @@ class K8sEmulator:
             await self._https_runner.cleanup()
             self._https_runner = None
 
-    def client(self) -> Any:
-        """A new kubernetes-asyncio ApiClient for this emulator, closed by `stop`."""
-        api_client = client.ApiClient(client.Configuration(host=self.url))
+    def client(self, kind: Any = client.ApiClient) -> Any:
+        """A new kubernetes-asyncio client (of class `kind`: the controller's own
+        `kubernetes.ApiClient`, say) for this emulator, closed by `stop`."""
+        api_client = kind(client.Configuration(host=self.url))
         self._clients.append(api_client)
         return api_client
 
