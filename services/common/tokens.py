@@ -8,16 +8,20 @@ checker of the project: every service calls it, none parses a token itself.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import enum
+import functools
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
 import jwt
+from jwt.algorithms import HMACAlgorithm
 
 from services.common import errors
 
@@ -122,7 +126,7 @@ def mint_grant(
         "egen": execution_generation,
         "rights": sorted(r.value for r in rights),
     }
-    return grant, jwt.encode(claims, key, algorithm=ALGORITHM)
+    return grant, _encode(claims, key)
 
 
 def mint_worker_credential(
@@ -158,7 +162,38 @@ def mint_worker_credential(
         "exe": execution_id,
         "egen": execution_generation,
     }
-    return cred, jwt.encode(claims, key, algorithm=ALGORITHM)
+    return cred, _encode(claims, key)
+
+
+_HS256 = HMACAlgorithm(HMACAlgorithm.SHA256)
+
+
+def _b64(raw: bytes) -> bytes:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=")
+
+
+_HEADER = _b64(
+    json.dumps({"alg": ALGORITHM, "typ": "JWT"}, separators=(",", ":"), sort_keys=True).encode()
+)
+
+
+@functools.lru_cache(maxsize=4)
+def _signing_key(key: str) -> bytes:
+    """The grant key as PyJWT signs with it, checked once per key (it refuses an empty key and
+    an asymmetric one, as `jwt.encode` would on every call)."""
+    prepared: bytes = _HS256.prepare_key(key)
+    return prepared
+
+
+def _encode(claims: Mapping[str, Any], key: str) -> str:
+    """`claims` as an HS256 JWT, byte for byte what `jwt.encode(claims, key, "HS256")` makes
+    (the same header and JSON, RFC 7515's compact form), without re-checking the key on every
+    call: that check loads the key as JSON and as an X.509 certificate, and was most of a
+    replacement's credential cost. `_decode` verifies with PyJWT, as every checker does."""
+    payload = _b64(json.dumps(claims, separators=(",", ":")).encode())
+    signing_input = _HEADER + b"." + payload
+    signature = _HS256.sign(signing_input, _signing_key(key))
+    return (signing_input + b"." + _b64(signature)).decode("ascii")
 
 
 def _decode(key: str, token: str, audience: str, typ: str) -> Mapping[str, Any]:

@@ -125,3 +125,33 @@ def test_operator_token_compare_and_secret_hash() -> None:
     assert not tokens.operator_matches("s" * 20, "t" * 20)
     assert not tokens.operator_matches("s" * 20, None)
     assert tokens.hash_secret("abc") != "abc" and len(tokens.hash_secret("abc")) == 64
+
+
+@pytest.mark.parametrize("seat", ["eng-2", "équipe-1"])
+def test_minted_tokens_are_what_pyjwt_makes_of_the_same_claims(seat: str) -> None:
+    """Minting signs without PyJWT's per-call key check, and still makes, byte for byte, the
+    token `jwt.encode` makes of the same claims: any JWT library reads it as before."""
+    _, grant = _grant(seat=seat)
+    _, worker = tokens.mint_worker_credential(
+        KEY, swarm="example", seat=seat, execution_id="e-2", execution_generation=2
+    )
+    for token in (grant, worker):
+        claims = jwt.decode(token, KEY, algorithms=["HS256"], options={"verify_aud": False})
+        assert token == jwt.encode(claims, KEY, algorithm="HS256")
+        assert jwt.get_unverified_header(token) == {"alg": "HS256", "typ": "JWT"}
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n"
+        "-----END PUBLIC KEY-----",
+    ],
+)
+def test_a_key_pyjwt_refuses_for_hmac_mints_nothing(key: str) -> None:
+    """An empty or asymmetric grant key is refused as `jwt.encode` refuses it."""
+    with pytest.raises(jwt.InvalidKeyError):
+        tokens.mint_worker_credential(
+            key, swarm="example", seat="eng-2", execution_id="e-2", execution_generation=2
+        )
