@@ -45,6 +45,7 @@ from services.controller import (
 )
 from services.controller.pods import runtime as pods
 from services.controller.state import (
+    codec,
     durable,
     keys,
     leasing,
@@ -127,6 +128,10 @@ class Recovery(calls.Calls):
         self.swarm = swarm
         self.runtime = runtime
         self.scripts = scripts or scripting.Scripts(client)
+        # Worked out now rather than on the first failure's path: the scripts' layouts and the
+        # records' readers (once per process; a later swarm finds them done).
+        scripting.prepare()
+        codec.prepare()
         self.lease = leasing.Lease(
             self.scripts,
             swarm,

@@ -205,15 +205,41 @@ def decode(cls: type[Any], h: Hash) -> Any:
         KeyError: a field the record cannot do without is missing.
         ValueError: a field does not hold what its type allows.
     """
-    decoder = _DECODERS.get(cls)
-    if decoder is None:
-        decoder = _DECODERS[cls] = _compiled_decoder(cls)
+    decoder = _DECODERS.get(cls) or _decoder(cls)
     return decoder(h)
 
 
 _DECODERS: dict[type, Callable[[Hash], Any]] = {}
 """Each record class's reader, made once (`_compiled_decoder`): a storm decodes thousands of
 records, and every failure's path decodes half a dozen."""
+
+
+def _decoder(cls: type) -> Callable[[Hash], Any]:
+    decoder = _DECODERS.get(cls)
+    if decoder is None:
+        decoder = _DECODERS[cls] = _compiled_decoder(cls)
+    return decoder
+
+
+def prepare() -> None:
+    """Work out now, for every record class defined so far, what `encode` and `decode` work
+    out on their first use of it (its fields' types, its reader: a few milliseconds in all).
+    A controller calls it as it starts: the first failure it handles must not pay for it."""
+    for cls in descendants(Hashed):
+        if dataclasses.is_dataclass(cls):
+            _decoder(cls)
+
+
+def descendants(base: type) -> list[type]:
+    """Every class defined so far that derives from `base`, however far down."""
+    found: list[type] = []
+    below: list[type] = base.__subclasses__()
+    while below:
+        cls = below.pop()
+        if cls not in found:
+            found.append(cls)
+            below.extend(cls.__subclasses__())
+    return found
 
 
 def _compiled_decoder(cls: type) -> Callable[[Hash], Any]:

@@ -35,7 +35,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from services.common import redis_link
-from services.controller.state import failpoints
+from services.controller.state import codec, failpoints
 
 LEASE_LOST: Final = "lease_lost"
 _LEASE_LOST_REPLIES: Final = frozenset({LEASE_LOST, LEASE_LOST.encode()})
@@ -146,6 +146,17 @@ def _layout(cls: type) -> _Layout:
         args = [name for name, role in roles if role is _Role.ARG]
         layout = _LAYOUTS[cls] = _Layout(_getter(keys), more[0] if more else None, _getter(args))
     return layout
+
+
+def prepare() -> None:
+    """Work out now, for every script declared so far, what its first call works out (its
+    fields' roles and getters, its statuses). A controller calls it as it starts (with
+    `codec.prepare`): the first failure it handles must not pay for it."""
+    for cls in codec.descendants(Declared):
+        if dataclasses.is_dataclass(cls) and "script" in vars(cls):
+            _layout(cls)
+            if issubclass(cls, Call):
+                cls.statuses()
 
 
 def _argument(value: Any) -> str | int:

@@ -170,18 +170,18 @@ def test_hashes_the_scripts_write_read_as_records() -> None:
     assert task.recovery == {"a": 1}
 
 
-@pytest.mark.parametrize(
-    ("cls", "h"),
-    [
-        (records.Seat, SEAT_HASH),
-        (records.Fence, FENCE_HASH),
-        (records.Decision, DECISION_HASH),
-        (records.Task, {**TASK_HASH, "text": "x", "awaiting": "y", "task_generation": "2"}),
-        (records.Execution, EXECUTION_HASH),
-        (records.Outcome, OUTCOME_HASH),
-        (records.SwarmConfig, CONFIG_HASH),
-    ],
-)
+RECORD_HASHES: list[tuple[type[codec.Hashed], Any]] = [
+    (records.Seat, SEAT_HASH),
+    (records.Fence, FENCE_HASH),
+    (records.Decision, DECISION_HASH),
+    (records.Task, {**TASK_HASH, "text": "x", "awaiting": "y", "task_generation": "2"}),
+    (records.Execution, EXECUTION_HASH),
+    (records.Outcome, OUTCOME_HASH),
+    (records.SwarmConfig, CONFIG_HASH),
+]
+
+
+@pytest.mark.parametrize(("cls", "h"), RECORD_HASHES)
 def test_every_record_round_trips_through_the_codec(cls: type[codec.Hashed], h: Any) -> None:
     """A record read from a hash writes a hash that reads back as the same record."""
     record = cls.from_hash(h)
@@ -202,3 +202,23 @@ def test_an_absent_optional_field_is_none_and_an_empty_one_too() -> None:
     assert records.Seat.from_hash(h).fenced_execution_id is None
     h.pop("fenced_execution")
     assert records.Seat.from_hash(h).fenced_execution_id is None
+
+
+def test_prepared_records_work_nothing_out_on_their_first_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`codec.prepare` (a controller's start) makes every record class's reader beforehand: a
+    first read or write reads no type hints and compiles nothing (they cost the first failure
+    a controller handles milliseconds)."""
+    monkeypatch.setattr(codec, "_FIELDS", {})
+    monkeypatch.setattr(codec, "_DECODERS", {})
+    codec.prepare()
+
+    def worked_out(*_: object, **__: object) -> None:
+        raise AssertionError("a record class worked out on its first use")
+
+    monkeypatch.setattr(codec.typing, "get_type_hints", worked_out)
+    monkeypatch.setattr(codec, "_compiled_decoder", worked_out)
+    for cls, h in RECORD_HASHES:
+        record = cls.from_hash(h)
+        assert cls.from_hash(record.to_hash()) == record

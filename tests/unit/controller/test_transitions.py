@@ -104,3 +104,22 @@ def test_a_call_builds_keys_and_arguments_in_declared_order() -> None:
     )
     assert capture.args() == ["x.s.1", "c", 1, "", 0, "", "t", "0"]
     assert transitions.Capture.statuses() is transitions.CaptureStatus
+
+
+def test_prepared_scripts_work_nothing_out_on_their_first_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`scripting.prepare` (a controller's start) works out every declared script's keys and
+    arguments beforehand: a first call reads no type hints (they cost the first failure a
+    controller handles milliseconds)."""
+    monkeypatch.setattr(scripting, "_ROLES", {})
+    monkeypatch.setattr(scripting, "_LAYOUTS", {})
+    scripting.prepare()
+    assert set(DECLARED.values()) <= set(scripting._LAYOUTS)
+
+    def read_hints(*_: object, **__: object) -> None:
+        raise AssertionError("type hints read on a script's first call")
+
+    monkeypatch.setattr(scripting.typing, "get_type_hints", read_hints)
+    settle = housekeeping.Settle(attention="a", seat="s", execution="e", fence="f", fenced=True)
+    assert (settle.keys(), settle.args()) == (["a", "s", "e", "f"], ["1"])
