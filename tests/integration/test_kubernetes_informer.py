@@ -163,6 +163,43 @@ async def test_after_the_first_sync_listing_many_swarms_makes_no_list_call(
             assert (k8s.calls["list pods"], k8s.calls["list nodes"]) == lists
 
 
+async def test_each_version_of_a_pod_is_read_once_however_often_it_is_listed(
+    k8s: k8s_emulator.K8sEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A resync classifies from what the watch read: each version of a Pod is read once, as the
+    watch shows it, and a list only weighs that against the nodes and the time. So listing
+    again reads no Pod again, and a node going NotReady under an unchanged Pod still lists it
+    node_lost; a new version of the Pod is read again, once."""
+    reads: list[str] = []
+    evidence = classifying.evidence
+
+    def counted(found: classifying.Pod) -> classifying.Evidence:
+        reads.append(found.get("metadata", {}).get("name", ""))
+        return evidence(found)
+
+    monkeypatch.setattr(classifying, "evidence", counted)
+    async with runtime_of(k8s.api_client) as rt:
+        await started(rt, k8s, spec(swarm="alpha"))
+        async with watching(rt, "alpha") as watches:
+            read = len(reads)
+            for _ in range(3):
+                assert await rt.list_attempts("alpha") == [attempt("alpha", None, alive=True)]
+            assert len(reads) == read
+            k8s.set_node_ready("node-a", None)
+            await watches["alpha"].woken(2)
+            assert await rt.list_attempts("alpha") == [
+                attempt("alpha", Reason.NODE_LOST, alive=True)
+            ]
+            assert len(reads) == read
+            k8s.set_pod_status(NS, pod("alpha"), status("Failed", exited(1)))
+            await watches["alpha"].woken(3)
+            for _ in range(3):
+                assert await rt.list_attempts("alpha") == [
+                    attempt("alpha", Reason.APPLICATION_EXIT, alive=False)
+                ]
+            assert reads[read:] == [pod("alpha")]
+
+
 async def test_a_failed_pod_wakes_only_its_swarms_watch(k8s: k8s_emulator.K8sEmulator) -> None:
     """A worker's failure goes to the watches of its own swarm, with the attempt in hand; the
     other swarm's watch hears nothing of it (its next change holds only its own failure)."""

@@ -11,7 +11,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -29,27 +29,55 @@ CLASSIFY_SLICE = 100
 """Pods classified between two yields to the event loop."""
 
 
-def attempt_of(
-    pod: classifying.Pod, nodes: Mapping[str, classifying.Node] | None, now: datetime
-) -> runtime.Attempt | None:
-    """The attempt a worker Pod runs, classified; None for a Pod without complete labels."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Read:
+    """One version of a worker Pod, read once: the attempt its labels and annotations name
+    (healthy: its failure is worked out when asked, `attempt_at`) and what its status says."""
+
+    pod: classifying.Pod
+    attempt: runtime.Attempt | None
+    """None for a Pod without complete attempt labels."""
+    evidence: classifying.Evidence
+
+
+def read(pod: classifying.Pod) -> Read:
+    """The Pod read (see `Read`)."""
+    found = classifying.evidence(pod)
     labels = pod.get("metadata", {}).get("labels") or {}
     annotations = pod.get("metadata", {}).get("annotations") or {}
     try:
-        return runtime.Attempt(
+        attempt: runtime.Attempt | None = runtime.Attempt(
             swarm=labels[runtime.LABEL_SWARM],
             seat=labels[runtime.LABEL_SEAT],
             execution_id=labels[runtime.LABEL_EXECUTION],
             generation=int(labels[runtime.LABEL_GENERATION]),
-            failure=classifying.classify(pod, nodes, now),
-            alive=not classifying.is_terminal(pod),
+            failure=None,
+            alive=not found.terminal,
             witness=annotations.get(runtime.ANNOTATION_DECISION),
             identity=annotations.get(runtime.ANNOTATION_ATTEMPT),
         )
     except (KeyError, ValueError):
         # Not one of ours after all (someone copied the managed-by label): not an attempt.
         logger.warning("ignoring Pod %s: its attempt labels are incomplete", name_of(pod))
+        attempt = None
+    return Read(pod, attempt, found)
+
+
+def attempt_at(
+    found: Read, nodes: Mapping[str, classifying.Node] | None, now: datetime
+) -> runtime.Attempt | None:
+    """The attempt a read Pod runs, classified with these nodes at `now`."""
+    if found.attempt is None:
         return None
+    failure = classifying.verdict(found.evidence, nodes, now)
+    return found.attempt if failure is None else dataclasses.replace(found.attempt, failure=failure)
+
+
+def attempt_of(
+    pod: classifying.Pod, nodes: Mapping[str, classifying.Node] | None, now: datetime
+) -> runtime.Attempt | None:
+    """The attempt a worker Pod runs, classified; None for a Pod without complete labels."""
+    return attempt_at(read(pod), nodes, now)
 
 
 def key_of(pod: classifying.Pod) -> Key | None:
@@ -75,8 +103,11 @@ async def classified(
     pods: list[classifying.Pod],
     nodes: Mapping[str, classifying.Node] | None,
     removed: Container[Key],
+    reader: Callable[[classifying.Pod], Read] = read,
 ) -> list[runtime.Attempt]:
-    """The attempts the swarm's Pods run, classified, but for those the runtime removed."""
+    """The attempts the swarm's Pods run, classified, but for those the runtime removed.
+
+    `reader` reads each Pod: a cache of Pods (`informing`) answers what it read already."""
     now = datetime.now(UTC)
     attempts = []
     for start in range(0, len(pods), CLASSIFY_SLICE):
@@ -84,7 +115,7 @@ async def classified(
         # slices: a large list is not one long stall.
         await asyncio.sleep(0)
         for pod in pods[start : start + CLASSIFY_SLICE]:
-            attempt = attempt_of(pod, nodes, now)
+            attempt = attempt_at(reader(pod), nodes, now)
             # A removed attempt whose Pod a finalizer keeps Terminating is removed all the
             # same.
             if attempt is not None and (swarm, attempt.execution_id) not in removed:

@@ -6,6 +6,7 @@ sent it (``json.loads`` of the response), so a pass over 10,000 Pods never build
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -134,6 +135,81 @@ _EVICTION_DISRUPTIONS = frozenset(
 _NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Evidence:
+    """What one version of a Pod says by itself, read once (`evidence`); `verdict` adds what
+    may change while the Pod does not: its node's readiness and the time."""
+
+    succeeded: bool
+    terminal: bool
+    """No container of the Pod can run again (`is_terminal`)."""
+    own: FailureReason | None = None
+    """The failure the Pod's own status proves: its worker's exit, an eviction, its node lost."""
+    final_capture: datetime | None = None
+    """Until when a fence waits for the restorer's final capture (`final_capture_deadline`)."""
+    node: str | None = None
+    """The node the Pod is bound to."""
+    image_pull: datetime | None = None
+    """When the Pod, stuck pulling an image, becomes an `image_pull` failure."""
+
+    def next_deadline(self) -> datetime | None:
+        """When the Pod's classification may change with nothing about it changing: the image
+        pull grace or the final capture's wait running out (None: no such moment)."""
+        found = [d for d in (self.image_pull, self.final_capture) if d is not None]
+        return min(found, default=None)
+
+
+def evidence(pod: Pod) -> Evidence:
+    """What the Pod as the API server returned it says by itself (see `classify`)."""
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase == "Succeeded":
+        return Evidence(succeeded=True, terminal=True)
+    worker = _worker_status(status)
+    terminal = is_terminal(pod)
+    own: FailureReason | None = None
+    disruption = _disruption_reason(status)
+    if _oom_killed(worker):
+        own = FailureReason.OOM_KILLED
+    elif (phase == "Failed" and status.get("reason") == "Evicted") or (
+        disruption in _EVICTION_DISRUPTIONS and terminal
+    ):
+        own = FailureReason.EVICTED
+    elif (
+        status.get("reason") == "NodeLost" or phase == "Unknown" or disruption in _NODE_DISRUPTIONS
+    ):
+        own = FailureReason.NODE_LOST
+    elif phase == "Failed" or _exited_non_zero(worker):
+        own = FailureReason.APPLICATION_EXIT
+    return Evidence(
+        succeeded=False,
+        terminal=terminal,
+        own=own,
+        final_capture=final_capture_deadline(pod, FINAL_CAPTURE_WAIT),
+        node=(pod.get("spec") or {}).get("nodeName") or None,
+        image_pull=image_pull_deadline(pod),
+    )
+
+
+def verdict(
+    found: Evidence, nodes: Mapping[str, Node] | None, now: datetime
+) -> FailureReason | None:
+    """The failure a Pod's evidence names at `now` with these nodes (see `classify`)."""
+    if found.succeeded:
+        return None
+    if found.final_capture is not None and now < found.final_capture:
+        # Not failed yet as far as a fence is concerned: the sidecar is archiving what the
+        # worker completed, and fencing now would record a lost tail that is not lost.
+        return None
+    if found.own is not None:
+        return found.own
+    if nodes is not None and found.node and not node_ready(nodes.get(found.node)):
+        return FailureReason.NODE_LOST
+    if found.image_pull is not None and now >= found.image_pull:
+        return FailureReason.IMAGE_PULL
+    return None
+
+
 def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> FailureReason | None:
     """Name the failure of one worker attempt, or None while it is healthy (or succeeded).
 
@@ -141,6 +217,9 @@ def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> Failu
     then what the cluster did to the Pod, then what the node says, then image pulls. While the
     worker has stopped and the restorer sidecar still runs (its final capture), for at most
     `FINAL_CAPTURE_WAIT` after the worker stopped, there is no failure yet.
+
+    What the Pod says by itself (`evidence`) is read once per version of it by whoever keeps
+    Pods (`informing`); only `verdict` runs again as nodes and time move on.
 
     Args:
         pod: The Pod as the API server returned it.
@@ -151,45 +230,13 @@ def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> Failu
     Returns:
         The failure reason, or None.
     """
-    status = pod.get("status") or {}
-    phase = status.get("phase")
-    if phase == "Succeeded":
-        return None
-    final_capture = final_capture_deadline(pod, FINAL_CAPTURE_WAIT)
-    if final_capture is not None and now < final_capture:
-        # Not failed yet as far as a fence is concerned: the sidecar is archiving what the
-        # worker completed, and fencing now would record a lost tail that is not lost.
-        return None
-    worker = _worker_status(status)
-    if _oom_killed(worker):
-        return FailureReason.OOM_KILLED
-    disruption = _disruption_reason(status)
-    if (phase == "Failed" and status.get("reason") == "Evicted") or (
-        disruption in _EVICTION_DISRUPTIONS and is_terminal(pod)
-    ):
-        return FailureReason.EVICTED
-    if status.get("reason") == "NodeLost" or phase == "Unknown" or disruption in _NODE_DISRUPTIONS:
-        return FailureReason.NODE_LOST
-    if phase == "Failed" or _exited_non_zero(worker):
-        return FailureReason.APPLICATION_EXIT
-    node_name = (pod.get("spec") or {}).get("nodeName")
-    if nodes is not None and node_name and not node_ready(nodes.get(node_name)):
-        return FailureReason.NODE_LOST
-    deadline = image_pull_deadline(pod)
-    if deadline is not None and now >= deadline:
-        return FailureReason.IMAGE_PULL
-    return None
+    return verdict(evidence(pod), nodes, now)
 
 
 def next_deadline(pod: Pod) -> datetime | None:
     """When the Pod's classification may change with nothing about it changing: the image
     pull grace or the final capture's wait running out (None: no such moment)."""
-    found = [
-        d
-        for d in (image_pull_deadline(pod), final_capture_deadline(pod, FINAL_CAPTURE_WAIT))
-        if d is not None
-    ]
-    return min(found, default=None)
+    return evidence(pod).next_deadline()
 
 
 def image_pull_deadline(pod: Pod) -> datetime | None:

@@ -63,6 +63,7 @@ class Informer:
         self._by_swarm: dict[str, dict[str, classifying.Pod]] = {}
         self._swarm_of: dict[str, str] = {}  # Pod name -> swarm
         self._states: dict[str, _State] = {}
+        self._reads: dict[str, attempts.Read] = {}  # Pod name -> the Pod cached, read once
         self._deadlines: dict[str, datetime] = {}
         self._node_of: dict[str, str] = {}  # Pod name -> node, while the Pod may run
         self._bound: dict[str, dict[str, str]] = {}  # node -> Pod name -> swarm
@@ -100,6 +101,12 @@ class Informer:
         """The Pod named `name` as the watch last showed it (or as just created), or None."""
         launch = self._launched.get(name)
         return self._cached(name) or (launch.pod if launch is not None else None)
+
+    def read(self, pod: classifying.Pod) -> attempts.Read:
+        """The Pod read (`attempts.read`): a Pod of the cache as it was read when the watch
+        showed it, so a resync classifies each version of a Pod once, not on every list."""
+        found = self._reads.get((pod.get("metadata") or {}).get("name", ""))
+        return found if found is not None and found.pod is pod else attempts.read(pod)
 
     def node_map(self) -> dict[str, classifying.Node] | None:
         """Nodes by name (a copy), or None without a Node watch."""
@@ -224,9 +231,10 @@ class Informer:
             return
         self._by_swarm.setdefault(swarm, {})[name] = pod
         self._swarm_of[name] = swarm
-        failure = classifying.classify(pod, None, now)
-        terminal = classifying.is_terminal(pod)
-        node = (pod.get("spec") or {}).get("nodeName")
+        found = self._reads[name] = attempts.read(pod)
+        failure = classifying.verdict(found.evidence, None, now)
+        terminal = found.evidence.terminal
+        node = found.evidence.node
         self._bind(name, swarm, node if node and not terminal else None)
         before = self._states.get(name, _HEALTHY)
         self._states[name] = (failure, terminal)
@@ -237,12 +245,12 @@ class Informer:
                     wake.relist()
             elif (
                 failure != before[0]
-                and (attempt := attempts.attempt_of(pod, None, now)) is not None
+                and (attempt := attempts.attempt_at(found, None, now)) is not None
             ):
                 # The worker's own status proves it: no Node can change this reason.
                 for wake in self._wakes_of(swarm):
                     wake.failed(attempt)
-        deadline = classifying.next_deadline(pod) if failure is None else None
+        deadline = found.evidence.next_deadline() if failure is None else None
         if deadline is not None and self._deadlines.get(name) != deadline:
             # Nothing about the Pod may change when its grace runs out: wake then anyway.
             self._deadlines[name] = deadline
@@ -254,6 +262,7 @@ class Informer:
         if swarm is not None:
             _discard(self._by_swarm, swarm, name)
         self._states.pop(name, None)
+        self._reads.pop(name, None)
         self._deadlines.pop(name, None)
         self._bind(name, "", None)
         return swarm

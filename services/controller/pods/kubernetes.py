@@ -174,7 +174,7 @@ class KubernetesRuntime:
         informer = self._informer
         if informer is not None and await informer.ready():
             found = await attempts.classified(
-                swarm, informer.pods_of(swarm), informer.node_map(), self._removed
+                swarm, informer.pods_of(swarm), informer.node_map(), self._removed, informer.read
             )
         else:
             found = await self._list(swarm)

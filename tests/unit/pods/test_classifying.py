@@ -328,3 +328,23 @@ def test_no_failure_is_named_while_the_sidecar_takes_its_final_capture() -> None
     ended = pod(worker=finished(137, "OOMKilled", stopped), sidecar=finished(0, "Completed", NOW))
     assert classifying.classify(ended, None, NOW) is Reason.OOM_KILLED
     assert classifying.next_deadline(ended) is None
+
+
+def test_a_pods_evidence_read_once_gives_each_later_verdict() -> None:
+    """What a Pod says by itself is read once (`evidence`); the verdict follows the nodes and
+    the time with no new read: a pull stuck past its grace becomes image_pull, a node gone
+    NotReady makes node_lost (ahead of image_pull), and a failure the Pod's own status proves
+    stays what it is whatever the node says."""
+    pulling = classifying.evidence(
+        pod("Pending", worker=waiting("ErrImagePull"), started=NOW - timedelta(seconds=60))
+    )
+    ready, not_ready = {"node-a": READY}, {"node-a": NOT_READY}
+    assert classifying.verdict(pulling, ready, NOW) is None
+    late = NOW + timedelta(seconds=60)
+    assert classifying.verdict(pulling, ready, late) is Reason.IMAGE_PULL
+    assert classifying.verdict(pulling, not_ready, NOW) is Reason.NODE_LOST
+    assert classifying.verdict(pulling, None, NOW) is None
+    assert pulling.next_deadline() == late
+    crashed = classifying.evidence(pod("Failed", worker=terminated(1)))
+    assert classifying.verdict(crashed, not_ready, late) is Reason.APPLICATION_EXIT
+    assert crashed.terminal and crashed.next_deadline() is None
