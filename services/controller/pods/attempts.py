@@ -13,7 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Container, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.controller.pods import classifying, runtime
 
@@ -29,8 +29,7 @@ CLASSIFY_SLICE = 100
 """Pods classified between two yields to the event loop."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Read:
+class Read(NamedTuple):
     """One version of a worker Pod, read once: the attempt its labels and annotations name
     (healthy: its failure is worked out when asked, `attempt_at`) and what its status says."""
 

@@ -6,11 +6,10 @@ sent it (``json.loads`` of the response), so a pass over 10,000 Pods never build
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 WORKER_CONTAINER = "worker"
 """The container that runs the agent; only its terminations say how the attempt ended."""
@@ -135,8 +134,7 @@ _EVICTION_DISRUPTIONS = frozenset(
 _NODE_DISRUPTIONS = frozenset({"DeletionByTaintManager", "DeletionByPodGC"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(NamedTuple):
     """What one version of a Pod says by itself, read once (`evidence`); `verdict` adds what
     may change while the Pod does not: its node's readiness and the time."""
 
