@@ -231,12 +231,6 @@ def classify(pod: Pod, nodes: Mapping[str, Node] | None, now: datetime) -> Failu
     return verdict(evidence(pod), nodes, now)
 
 
-def next_deadline(pod: Pod) -> datetime | None:
-    """When the Pod's classification may change with nothing about it changing: the image
-    pull grace or the final capture's wait running out (None: no such moment)."""
-    return evidence(pod).next_deadline()
-
-
 def image_pull_deadline(pod: Pod) -> datetime | None:
     """When a Pod stuck pulling an image becomes an ``image_pull`` failure, if it is stuck.
 

@@ -323,11 +323,11 @@ def test_no_failure_is_named_while_the_sidecar_takes_its_final_capture() -> None
     waiting_pod = pod(worker=finished(137, "OOMKilled", stopped))
     assert classifying.classify(waiting_pod, None, NOW) is None
     deadline = stopped + classifying.FINAL_CAPTURE_WAIT
-    assert classifying.next_deadline(waiting_pod) == deadline
+    assert classifying.evidence(waiting_pod).next_deadline() == deadline
     assert classifying.classify(waiting_pod, None, deadline) is Reason.OOM_KILLED
     ended = pod(worker=finished(137, "OOMKilled", stopped), sidecar=finished(0, "Completed", NOW))
     assert classifying.classify(ended, None, NOW) is Reason.OOM_KILLED
-    assert classifying.next_deadline(ended) is None
+    assert classifying.evidence(ended).next_deadline() is None
 
 
 def test_a_pods_evidence_read_once_gives_each_later_verdict() -> None:
